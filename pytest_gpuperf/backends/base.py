@@ -1,0 +1,72 @@
+"""The interface every backend implements (cuda, mps, vulkan, cpu, third-party).
+
+A backend answers five questions for the measuring loop: is it here (and if not,
+why), what hardware is it (fingerprint), how to wait for queued work
+(synchronize), how long did ``iters`` calls of a step take on the device
+(``time_block``), and how much device memory did one call need at its peak
+(``measure_peak_memory``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; ``reason`` says what was found either way."""
+
+    available: bool
+    reason: str
+
+
+class Backend(abc.ABC):
+    """A device family the plugin can measure on.
+
+    Subclasses are registered under the ``pytest_gpuperf.backends`` entry-point
+    group (see :mod:`pytest_gpuperf.backends`); their constructor must be cheap
+    and must not import heavy libraries: :meth:`availability` may.
+    """
+
+    #: Short name used on the command line and in test ids (``cuda``, ``cpu`` ...).
+    name: str = ""
+    #: True when tests written against ``torch`` tensors can run on this backend.
+    runs_torch: bool = True
+
+    @abc.abstractmethod
+    def availability(self) -> Availability:
+        """Say whether the backend can run here, with the reason."""
+
+    @abc.abstractmethod
+    def device(self) -> Any:
+        """The device object tests compute on (a ``torch.device`` for torch backends)."""
+
+    @abc.abstractmethod
+    def fingerprint(self) -> dict[str, Any]:
+        """Hardware and software identity; see :mod:`pytest_gpuperf.fingerprint`."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Block until all work queued on the device has finished."""
+
+    @abc.abstractmethod
+    def time_block(self, step: Callable[[], object], iters: int) -> float:
+        """Run ``step`` ``iters`` times and return the device time in seconds."""
+
+    @abc.abstractmethod
+    def measure_peak_memory(self, step: Callable[[], object]) -> int:
+        """Run ``step`` once and return its peak device memory in bytes."""
+
+    def memory_note(self) -> str:
+        """One line saying what the peak-memory number includes and misses."""
+        return ""
+
+    def reference_workload(self) -> Callable[[], object] | None:
+        """A fixed workload timed next to the step to cancel machine drift, or None."""
+        return None
+
+    def reset_state(self) -> None:
+        """Free cached memory between tests (optional)."""

@@ -1,0 +1,67 @@
+"""The CPU backend: always available; peak memory from torch's CPU allocator events."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from typing import Any
+
+from pytest_gpuperf.backends.base import Availability
+from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
+
+
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _total_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class CpuBackend(TorchBackend):
+    """Run perf tests on the host CPU through torch."""
+
+    name = "cpu"
+    torch_device_type = "cpu"
+
+    def availability(self) -> Availability:
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            return Availability(False, f"torch is not importable: {exc}")
+        return Availability(True, f"CPU: {_cpu_model_name()}")
+
+    def fingerprint(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "backend": "cpu",
+            "device_name": _cpu_model_name(),
+            "arch": platform.machine(),
+            "memory_gib": round(_total_memory_bytes() / 2**30),
+            "threads": torch.get_num_threads(),
+            **torch_versions(),
+            **host_description(),
+        }
+
+    def synchronize(self) -> None:
+        """CPU ops in eager torch are synchronous; nothing to wait for."""
+
+    def measure_peak_memory(self, step: Callable[[], object]) -> int:
+        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
+
+        return measure_cpu_peak_bytes(step)
+
+    def memory_note(self) -> str:
+        return "CPU peak = live bytes the step added through torch's CPU allocator (profiler memory events)"

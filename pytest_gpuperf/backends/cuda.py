@@ -1,0 +1,91 @@
+"""The CUDA backend: CUDA-event timing and the caching allocator's peak statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytest_gpuperf.backends.base import Availability
+from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
+
+
+class CudaBackend(TorchBackend):
+    """Run perf tests on the current CUDA device (``cuda:0`` of ``CUDA_VISIBLE_DEVICES``)."""
+
+    name = "cuda"
+    torch_device_type = "cuda"
+
+    def availability(self) -> Availability:
+        try:
+            import torch
+        except ImportError as exc:
+            return Availability(False, f"torch is not importable: {exc}")
+        if not torch.backends.cuda.is_built():
+            return Availability(False, f"torch {torch.__version__} was built without CUDA")
+        if not torch.cuda.is_available():
+            return Availability(False, f"torch {torch.__version__} has CUDA support but found no CUDA device")
+        return Availability(True, f"CUDA: {torch.cuda.get_device_name(0)}")
+
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def fingerprint(self) -> dict[str, Any]:
+        import torch
+
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        driver = ""
+        try:
+            driver_int = torch._C._cuda_getDriverVersion()  # type: ignore[attr-defined]
+            driver = f"{driver_int // 1000}.{(driver_int % 1000) // 10}"
+        except Exception:  # noqa: BLE001 - informational only
+            pass
+        return {
+            "backend": "cuda",
+            "device_name": props.name,
+            "arch": f"sm_{props.major}{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30),
+            "multiprocessors": props.multi_processor_count,
+            "driver": driver,
+            "runtime": torch.version.cuda or "",
+            **torch_versions(),
+            **host_description(),
+        }
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def time_block(self, step: Callable[[], object], iters: int) -> float:
+        """Time ``iters`` back-to-back steps with a pair of CUDA events on the current stream."""
+        import torch
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def measure_peak_memory(self, step: Callable[[], object]) -> int:
+        """Reset the allocator's peak, run the step once, return ``max_memory_allocated``."""
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+
+    def memory_note(self) -> str:
+        return "CUDA peak = torch.cuda.max_memory_allocated() after a reset (tensors live during the step)"
+
+    def reset_state(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()

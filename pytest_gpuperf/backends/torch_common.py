@@ -1,0 +1,56 @@
+"""Shared pieces of the torch-tensor backends (cpu, cuda, mps)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pytest_gpuperf.backends.base import Backend
+
+
+def torch_versions() -> dict[str, Any]:
+    """torch's own version, recorded in every torch backend's fingerprint."""
+    import torch
+
+    return {"torch": torch.__version__.split("+")[0], "torch_build": torch.__version__}
+
+
+class TorchBackend(Backend):
+    """Base for backends whose device is a ``torch.device``; times with sync + host clock."""
+
+    torch_device_type = "cpu"
+
+    def device(self) -> Any:
+        import torch
+
+        return torch.device(self.torch_device_type)
+
+    def time_block(self, step: Callable[[], object], iters: int) -> float:
+        """Synchronize, run ``iters`` steps, synchronize again: the host clock then spans device work."""
+        self.synchronize()
+        start = time.perf_counter()
+        for _ in range(iters):
+            step()
+        self.synchronize()
+        return time.perf_counter() - start
+
+    def reference_workload(self) -> Callable[[], object] | None:
+        """A fixed matmul on random data (never zeros), timed next to the step to cancel drift."""
+        import torch
+
+        gen = torch.Generator(device="cpu").manual_seed(1234)
+        size = 256 if self.torch_device_type == "cpu" else 2048
+        a = torch.randn(size, size, generator=gen).to(self.device())
+        b = torch.randn(size, size, generator=gen).to(self.device())
+
+        def reference() -> object:
+            return a @ b
+
+        return reference
+
+
+def host_description() -> dict[str, Any]:
+    """OS and machine of the host, for the fingerprint's informational part."""
+    return {"os": f"{platform.system()} {platform.release()}", "python": platform.python_version()}

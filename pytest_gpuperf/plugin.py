@@ -1,0 +1,130 @@
+"""pytest-gpuperf's pytest plugin (entry point ``gpuperf``).
+
+This module is imported in *every* pytest run of an environment that has the
+package installed, so it imports nothing heavy: torch, numpy, yaml and wgpu are
+imported inside the functions that need them, and the measuring session
+(:class:`pytest_gpuperf.session.GpuperfSession`) is registered only under
+``--gpuperf`` / ``--gpuperf-update``, the way pytest-cov registers its engine
+only under ``--cov``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.settings import add_options, get_option, resolve_settings, selected_backends
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.session import GpuperfSession
+
+SESSION_KEY = pytest.StashKey["GpuperfSession"]()
+SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
+
+MARKERS = (
+    "gpuperf(time_tolerance=None, memory_tolerance=None, tolerance=None, tolerances=None, max_time=None, "
+    "min_samples=None, precision=None, bound=None): perf-test settings for pytest-gpuperf; tolerances are "
+    "fractions (0.05 = 5%), tolerances maps metric names to their own tolerance, bound asserts the expected "
+    "memory/compute/latency-bound class",
+    "gpuperf_backends(*names): backends this perf test supports (cuda, mps, vulkan, cpu, or a plugin's); "
+    "it runs once per selected available backend and is skipped with the reason where a backend is absent",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--gpuperf*`` flags and their ini twins."""
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register markers always; start the measuring session only under ``--gpuperf``."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    if get_option(config, "--gpuperf-backend"):
+        selected_backends(config)  # raises pytest.UsageError listing known backends
+    if not (get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update")):
+        return
+    from pytest_gpuperf.session import GpuperfSession
+
+    session = GpuperfSession(config, resolve_settings(config))
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "gpuperf-session")
+    _use_synchronized_benchmark_timer(config)
+
+
+def _use_synchronized_benchmark_timer(config: pytest.Config) -> None:
+    """Give pytest-benchmark's ``benchmark`` fixture a device-synchronizing timer under ``--gpuperf``.
+
+    Only when the user kept pytest-benchmark's default timer; runs before
+    pytest-benchmark's own ``pytest_configure`` (tryfirst) which loads it.
+    """
+    current = getattr(config.option, "benchmark_timer", None)
+    if current is not None and "perf_counter" in str(current) and "pytest_gpuperf" not in str(current):
+        config.option.benchmark_timer = SYNC_TIMER
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize every test that uses ``gpuperf`` over its selected, available backends."""
+    if "gpuperf_backend" not in metafunc.fixturenames:
+        return
+    from pytest_gpuperf.selection import plan_backends
+
+    marker = metafunc.definition.get_closest_marker("gpuperf_backends")
+    declared = tuple(str(a).lower() for a in marker.args) if marker is not None else None
+    if declared is not None:
+        from pytest_gpuperf.backends import known_backend_names
+
+        unknown = [n for n in declared if n not in known_backend_names()]
+        if unknown:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: @pytest.mark.gpuperf_backends names unknown backend(s) "
+                f"{unknown}; known backends: {', '.join(known_backend_names())}"
+            )
+    params = [
+        pytest.param(p.name, id=p.name, marks=[pytest.mark.skip(reason=p.skip_reason)] if p.skip_reason else [])
+        for p in plan_backends(declared, selected_backends(metafunc.config))
+    ]
+    metafunc.parametrize("gpuperf_backend", params, indirect=True)
+
+
+@pytest.fixture
+def gpuperf_backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend (cuda, mps, vulkan, cpu ...) this instance of a perf test runs on.
+
+    Tests are parametrized over the selected available backends, so the test id
+    carries the backend name (``test_matmul[cuda]``).
+    """
+    from pytest_gpuperf.backends import get_backend
+
+    name = getattr(request, "param", None)
+    if name is None:
+        raise pytest.UsageError("gpuperf_backend is parametrized by pytest-gpuperf; request it from a test function")
+    backend = get_backend(name)
+    request.node._gpuperf_backend = backend
+    return backend
+
+
+@pytest.fixture
+def gpuperf(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> Iterator[GpuPerf]:
+    """Measure perf steps and judge them against the baselines of this hardware.
+
+    ``gpuperf.device`` is the torch device to compute on; ``gpuperf.measure(step,
+    items=..., unit="tokens")`` times a zero-argument callable with device-correct
+    timing, records its peak device memory and throughput, and fails the test on a
+    regression; ``gpuperf.record(name, value, unit, better)`` records any other metric;
+    ``gpuperf.pick(cpu=..., cuda=...)`` sizes work per device. Without ``--gpuperf``
+    each step runs once as a smoke test.
+    """
+    from pytest_gpuperf.fixture import GpuPerf
+
+    marker = request.node.get_closest_marker("gpuperf")
+    kwargs: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    session = request.config.stash.get(SESSION_KEY, None)
+    handle = GpuPerf(request.node.nodeid, gpuperf_backend, session, kwargs)
+    yield handle
+    gpuperf_backend.reset_state()

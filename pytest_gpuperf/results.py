@@ -1,0 +1,65 @@
+"""Plain data types that flow one way: measure -> compare -> report.
+
+No torch, numpy or yaml here: these types are imported by the plugin module at
+start-up, so they must stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Better = Literal["higher", "lower", "equal"]
+Status = Literal["regression", "improvement", "unchanged", "new", "recorded", "info", "changed"]
+
+#: Metric kinds decide how a metric is judged (see :mod:`pytest_gpuperf.compare`).
+KIND_TIME = "time"
+KIND_THROUGHPUT = "throughput"
+KIND_MEMORY = "memory"
+KIND_CATEGORY = "category"
+KIND_CUSTOM = "custom"
+
+
+@dataclass
+class Metric:
+    """One measured quantity of one test, for example ``step.peak_memory``.
+
+    ``samples`` holds the repeated observations the value summarises (per-step
+    times, per-step throughputs); ``normalized`` holds the same samples divided
+    by an interleaved reference workload, which cancels machine drift.
+    """
+
+    name: str
+    value: float | str
+    unit: str
+    better: Better = "lower"
+    kind: str = KIND_CUSTOM
+    samples: list[float] = field(default_factory=list)
+    normalized: list[float] = field(default_factory=list)
+    judged: bool = True
+    tolerance: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        """A readable label: ``step.peak_memory`` -> ``step: peak memory``."""
+        prefix, _, metric = self.name.rpartition(".")
+        metric = metric.replace("_", " ")
+        return f"{prefix}: {metric}" if prefix and prefix != "step" else metric
+
+
+@dataclass
+class Verdict:
+    """The judgement of one metric against its baseline."""
+
+    metric: Metric
+    status: Status
+    baseline: float | str | None = None
+    ratio: float | None = None
+    ci: tuple[float, float] | None = None
+    tolerance: float | None = None
+    message: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """True when this verdict should fail the test."""
+        return self.status in ("regression", "changed")

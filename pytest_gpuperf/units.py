@@ -1,0 +1,56 @@
+"""Human-readable formatting of bytes, seconds and rates (no heavy imports)."""
+
+from __future__ import annotations
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def format_bytes(value: float) -> str:
+    """Format a byte count with binary prefixes: ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
+    size = float(value)
+    for unit in _BYTE_UNITS:
+        if abs(size) < 1024.0 or unit == _BYTE_UNITS[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024.0
+    raise AssertionError("unreachable")
+
+
+def format_seconds(value: float) -> str:
+    """Format a duration in s, ms, us or ns with three significant digits."""
+    magnitude = abs(value)
+    if magnitude >= 1.0:
+        return f"{value:.3g} s"
+    if magnitude >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    if magnitude >= 1e-6:
+        return f"{value * 1e6:.3g} us"
+    return f"{value * 1e9:.3g} ns"
+
+
+def format_rate(value: float, unit: str) -> str:
+    """Format a rate such as ``tokens/s`` or ``FLOP/s`` with SI prefixes."""
+    for scale, prefix in _SI_PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_value(value: float | str, unit: str) -> str:
+    """Format a metric value according to its unit (``B``, ``s``, ``*/s`` or anything else)."""
+    if isinstance(value, str):
+        return value
+    if unit == "B":
+        return format_bytes(value)
+    if unit == "s":
+        return format_seconds(value)
+    if unit.endswith("/s"):
+        return format_rate(value, unit)
+    if unit == "ratio":
+        return f"{value:.4g}x"
+    return f"{value:.4g} {unit}".rstrip()
+
+
+def format_change(ratio: float) -> str:
+    """Format a measured/baseline ratio as a signed percentage: ``1.228 -> '+22.8%'``."""
+    return f"{(ratio - 1.0) * 100.0:+.1f}%"
