@@ -128,6 +128,13 @@ class GpuPerf:
                     f"{name}.peak_memory", peak, "B", "lower", KIND_MEMORY, extra={"note": self.backend.memory_note()}
                 )
             )
+        if self.session.extensions:
+            from pytest_gpuperf.extensions import MeasureContext
+
+            hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
+            context = MeasureContext(self, step, name, timing, list(metrics), hints)
+            for extension in self.session.extensions:
+                metrics.extend(extension.after_measure(context))
         verdicts = self.session.judge(self, metrics)
         if self.session.should_confirm(verdicts):
             timing = measure_time(self.backend, step, config, reference)

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from pytest_gpuperf.session import GpuperfSession
 
 SESSION_KEY = pytest.StashKey["GpuperfSession"]()
+
+#: Feature plugins, each a light module with its own options, hooks and fixtures.
+pytest_plugins = [
+    "pytest_gpuperf.distributed.plugin",
+    "pytest_gpuperf.profiling.plugin",
+    "pytest_gpuperf.reporting.plugin",
+    "pytest_gpuperf.vulkan.plugin",
+]
 SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
 
 MARKERS = (

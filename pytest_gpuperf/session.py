@@ -18,6 +18,7 @@ from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metr
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.extensions import MeasureExtension
     from pytest_gpuperf.baselines import BaselineFile
     from pytest_gpuperf.fixture import GpuPerf
     from pytest_gpuperf.settings import Settings
@@ -69,6 +70,8 @@ class GpuperfSession:
         self.pending_updates: dict[Path, tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]] = {}
         self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
         self.written: list[Path] = []
+        #: Feature modules (profiling, roofline ...) append objects with an ``after_measure`` method.
+        self.extensions: list[MeasureExtension] = []
 
     # -- hardware and baselines -------------------------------------------------
     def fingerprint_for(self, backend: Backend) -> dict[str, Any]:

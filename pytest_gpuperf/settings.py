@@ -37,10 +37,18 @@ def ini_name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """Register the command-line flags and their ini twins."""
+_REGISTRY: dict[str, tuple[str, Any]] = {}
+
+
+def add_options(parser: pytest.Parser, options: list[tuple[str, str, Any, str]] | None = None) -> None:
+    """Register command-line flags and their ini twins (the core's ``OPTIONS`` by default).
+
+    Feature modules call this from their own ``pytest_addoption`` with their own list,
+    then read values with :func:`get_option`.
+    """
     group = parser.getgroup("gpuperf", "GPU performance regression testing (pytest-gpuperf)")
-    for flag, kind, default, help_text in OPTIONS:
+    for flag, kind, default, help_text in OPTIONS if options is None else options:
+        _REGISTRY[flag] = (kind, default)
         name = ini_name(flag)
         if kind == "bool":
             group.addoption(flag, action="store_true", default=None, dest=name, help=help_text)
@@ -53,9 +61,8 @@ def add_options(parser: pytest.Parser) -> None:
 
 def get_option(config: pytest.Config, flag: str) -> Any:
     """The value of ``flag``: command line first, then the ini twin, converted to its kind."""
-    for option_flag, kind, default, _ in OPTIONS:
-        if option_flag != flag:
-            continue
+    if flag in _REGISTRY:
+        kind, default = _REGISTRY[flag]
         name = ini_name(flag)
         value = config.getoption(name, default=None)
         if value is None:
@@ -67,7 +74,7 @@ def get_option(config: pytest.Config, flag: str) -> Any:
         if kind == "int":
             return _convert(int, value, flag)
         return str(value) if value is not None else default
-    raise KeyError(flag)
+    raise KeyError(f"{flag} is not a registered pytest-gpuperf option")
 
 
 def _convert(kind: type, value: Any, flag: str) -> Any:

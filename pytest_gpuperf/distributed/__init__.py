@@ -1,0 +1,1 @@
+"""pytest-gpuperf distributed feature (being written)."""

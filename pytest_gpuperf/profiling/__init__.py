@@ -1,0 +1,1 @@
+"""pytest-gpuperf profiling feature (being written)."""

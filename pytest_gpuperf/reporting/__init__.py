@@ -1,0 +1,1 @@
+"""pytest-gpuperf reporting feature (being written)."""

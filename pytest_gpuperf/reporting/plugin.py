@@ -1,0 +1,1 @@
+"""pytest hooks and fixtures of the reporting feature; imported at start-up, so nothing heavy at module level."""

@@ -1,0 +1,1 @@
+"""pytest-gpuperf vulkan feature (being written)."""
