@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option, resolve_settings, selected_backends
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from pytest_gpuperf.fixture import GpuPerf
     from pytest_gpuperf.session import GpuperfSession
 
-SESSION_KEY = pytest.StashKey["GpuperfSession"]()
 
 #: Feature plugins, each a light module with its own options, hooks and fixtures.
 pytest_plugins = [
