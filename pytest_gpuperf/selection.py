@@ -33,6 +33,11 @@ def availability(name: str) -> Availability:
     return _availability[name]
 
 
+def forget_availability(name: str) -> None:
+    """Drop the cached availability of ``name`` (after its device selection changed)."""
+    _availability.pop(name, None)
+
+
 @dataclass(frozen=True)
 class BackendParam:
     """One test instance: the backend name and, when it cannot run, why."""

@@ -1,1 +1,77 @@
-"""pytest hooks and fixtures of the vulkan feature; imported at start-up, so nothing heavy at module level."""
+"""pytest hooks and fixtures of the vulkan feature; imported at start-up, so nothing heavy at module level.
+
+* ``--gpuperf-vulkan-device INDEX|NAME|TYPE`` (ini ``gpuperf_vulkan_device``) picks the adapter;
+  a value that matches none is a usage error listing the adapters wgpu found.
+* ``--gpuperf-vulkan-adapters`` prints every adapter with its fingerprint fields and exits.
+* Under ``--gpuperf`` the roofline extension adds ``<name>.bound`` / ``<name>.roof_fraction``
+  to vulkan measurements that give ``flops`` and ``bytes_moved``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.settings import add_options, get_option
+
+VULKAN_OPTIONS: list[tuple[str, str, Any, str]] = [
+    (
+        "--gpuperf-vulkan-device",
+        "str",
+        "",
+        "Vulkan/Metal adapter for the vulkan backend: INDEX, NAME substring or TYPE "
+        "(DiscreteGPU, IntegratedGPU, CPU); default: the most GPU-like one",
+    ),
+    ("--gpuperf-vulkan-adapters", "bool", False, "list the Vulkan/Metal adapters wgpu finds, then exit"),
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the vulkan feature's flags and ini twins."""
+    add_options(parser, VULKAN_OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply ``--gpuperf-vulkan-device``; add the roofline extension to an active session."""
+    spec = str(get_option(config, "--gpuperf-vulkan-device") or "").strip()
+    if spec:
+        _select_device(spec)
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        from pytest_gpuperf.vulkan.roofline import VulkanRooflineExtension
+
+        session.extensions.append(VulkanRooflineExtension())
+
+
+def _select_device(spec: str) -> None:
+    """Point the vulkan backend at ``spec``, raising ``pytest.UsageError`` with the adapters when it fails."""
+    from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.selection import forget_availability
+
+    try:
+        import wgpu  # noqa: F401
+    except ImportError:
+        raise pytest.UsageError(
+            f"--gpuperf-vulkan-device {spec}: wgpu is not installed; pip install 'pytest-gpuperf[vulkan]'"
+        ) from None
+    from pytest_gpuperf.vulkan.adapters import AdapterSelectionError
+
+    try:
+        get_backend("vulkan").select(spec)  # type: ignore[attr-defined]
+    except AdapterSelectionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    forget_availability("vulkan")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``--gpuperf-vulkan-adapters``: print the adapters and their fingerprint fields, then exit."""
+    if not get_option(config, "--gpuperf-vulkan-adapters"):
+        return None
+    from pytest_gpuperf.vulkan.listing import adapter_lines
+
+    for line in adapter_lines():
+        print(line)
+    return 0

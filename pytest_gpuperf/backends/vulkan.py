@@ -1,0 +1,216 @@
+"""The Vulkan backend, through ``wgpu`` (which reaches Metal on macOS with the same code).
+
+Vulkan is not a torch device: ``gpuperf.device`` is a
+:class:`~pytest_gpuperf.vulkan.device.VulkanDevice` whose buffers and WGSL kernels the
+test uses. Timing brackets the dispatches a step records with GPU timestamp queries;
+on an adapter without ``timestamp-query`` it falls back to
+``queue.on_submitted_work_done`` + the host clock, and the fingerprint and memory
+note say so. Peak memory is the most bytes of buffers allocated through the wrapper
+alive at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuperf.backends.base import Availability, Backend
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.vulkan.adapters import AdapterInfo
+    from pytest_gpuperf.vulkan.device import VulkanDevice
+    from pytest_gpuperf.vulkan.roofline import Roofs
+
+COOPERATIVE_MATRIX = "VK_KHR_cooperative_matrix"
+_INSTALL_HINT = (
+    "install pytest-gpuperf[vulkan] (wgpu) and a Vulkan driver + loader (e.g. mesa-vulkan-drivers libvulkan1)"
+)
+
+
+class VulkanBackend(Backend):
+    """Run WGSL compute kernels on a Vulkan (or Metal) adapter chosen by ``--gpuperf-vulkan-device``."""
+
+    name = "vulkan"
+    runs_torch = False
+
+    def __init__(self) -> None:
+        self.device_spec = ""
+        #: Set to True to time with synchronize + host clock even where timestamps exist (tests, debugging).
+        self.force_host_timer = False
+        self._device: VulkanDevice | None = None
+        self._roofs: Roofs | None = None
+
+    # -- which adapter ------------------------------------------------------------
+    def select(self, spec: str) -> AdapterInfo:
+        """Choose the adapter (INDEX, NAME substring or TYPE); raises ``AdapterSelectionError`` listing them."""
+        from pytest_gpuperf.vulkan.adapters import native_adapters, select_adapter
+
+        info = select_adapter([i for i, _ in native_adapters()], spec)
+        if spec != self.device_spec:
+            self.close()
+            self.device_spec = spec
+        return info
+
+    def adapter(self) -> tuple[AdapterInfo, Any]:
+        """The selected adapter's info and ``wgpu.GPUAdapter``."""
+        from pytest_gpuperf.vulkan.adapters import native_adapters, select_adapter
+
+        pairs = native_adapters()
+        info = select_adapter([i for i, _ in pairs], self.device_spec)
+        return info, pairs[info.index][1]
+
+    def availability(self) -> Availability:
+        try:
+            import wgpu  # noqa: F401
+        except ImportError as exc:
+            return Availability(False, f"wgpu is not importable ({exc}); {_INSTALL_HINT}")
+        from pytest_gpuperf.vulkan.adapters import AdapterSelectionError, native_adapters, other_adapters
+
+        try:
+            pairs = native_adapters()
+        except Exception as exc:  # noqa: BLE001 - a broken driver must become a skip reason, not a crash
+            return Availability(False, f"wgpu could not enumerate adapters: {type(exc).__name__}: {exc}")
+        if not pairs:
+            seen = ", ".join(other_adapters()) or "none"
+            reason = f"wgpu found no Vulkan or Metal adapter (other adapters: {seen}); {_INSTALL_HINT}"
+            return Availability(False, reason)
+        try:
+            info, _ = self.adapter()
+        except AdapterSelectionError as exc:
+            return Availability(False, str(exc))
+        return Availability(True, f"{info.backend}: {info.describe()}")
+
+    # -- the device ---------------------------------------------------------------
+    def device(self) -> VulkanDevice:
+        """The :class:`VulkanDevice` of the selected adapter (opened once, with timestamp-query when offered)."""
+        if self._device is None:
+            from pytest_gpuperf.vulkan.device import VulkanDevice
+
+            info, adapter = self.adapter()
+            timestamps = info.timestamp_query and not self.force_host_timer
+            limits = {
+                key: adapter.limits[key]
+                for key in ("max-buffer-size", "max-storage-buffer-binding-size")
+                if key in adapter.limits
+            }
+            features = ["timestamp-query"] if timestamps else []
+            wgpu_device = adapter.request_device_sync(required_features=features, required_limits=limits)
+            self._device = VulkanDevice(adapter, info, wgpu_device, timestamps)
+        return self._device
+
+    def close(self) -> None:
+        """Forget the open device and its roofs (a new selection opens a new one)."""
+        if self._device is not None:
+            self._device.release_all()
+        self._device = None
+        self._roofs = None
+
+    def timer_description(self) -> str:
+        """How :meth:`time_block` times: GPU timestamps or the host-clock fallback."""
+        if self.device().timestamps:
+            return "gpu-timestamp-query"
+        return "host-clock+on_submitted_work_done (no timestamp-query)"
+
+    def fingerprint(self) -> dict[str, Any]:
+        import platform
+
+        import wgpu
+
+        from pytest_gpuperf.backends.torch_common import host_description
+        from pytest_gpuperf.vulkan.probe import find_physical_device
+
+        info, _ = self.adapter()
+        physical = find_physical_device(info.name, info.vendor_id, info.device_id)
+        coop: bool | str = "unknown" if physical is None else COOPERATIVE_MATRIX in physical.extensions
+        return {
+            "backend": "vulkan",
+            "device_name": info.name,
+            "arch": f"{info.backend}-{info.device_type}".lower(),
+            "memory_gib": round(physical.device_local_bytes / 2**30) if physical else 0,
+            "api": info.backend,
+            "api_version": physical.api_version if physical else "unknown",
+            "vendor": info.vendor or f"0x{info.vendor_id:04x}",
+            "vendor_id": info.vendor_id,
+            "device_id": info.device_id,
+            "device_type": info.device_type,
+            "driver": info.driver,
+            "timestamp_query": info.timestamp_query,
+            "timer": self.timer_description(),
+            "cooperative_matrix": coop,
+            "wgpu": wgpu.__version__,
+            "arch_host": platform.machine(),
+            **host_description(),
+        }
+
+    # -- timing and memory ----------------------------------------------------------
+    def synchronize(self) -> None:
+        self.device().synchronize()
+
+    def time_block(self, step: Callable[[], object], iters: int) -> float:
+        """GPU time of the dispatches ``iters`` steps record (timestamp queries), or host time as fallback."""
+        from pytest_gpuperf.vulkan.device import NothingRecordedError, _nothing_recorded_message
+
+        device = self.device()
+        if not device.timestamps:
+            return device.host_timed_seconds(step, iters)
+        with device.timed() as timer:
+            for _ in range(iters):
+                step()
+        if timer.dispatches == 0:
+            raise NothingRecordedError(_nothing_recorded_message(device.info.name))
+        return timer.seconds
+
+    def measure_peak_memory(self, step: Callable[[], object]) -> int:
+        """Most bytes of wrapper-allocated buffers alive at once while one step runs (inputs included)."""
+        device = self.device()
+        device.synchronize()
+        device.reset_peak()
+        result = step()
+        device.synchronize()
+        del result
+        return device.peak_bytes
+
+    def memory_note(self) -> str:
+        note = (
+            "Vulkan peak = bytes of buffers allocated through gpuperf.device (buffer/empty) alive at once, "
+            "inputs included; driver-internal and pipeline memory are missed"
+        )
+        if self._device is not None and not self._device.timestamps:
+            note += "; timing fell back to host clock + on_submitted_work_done (no timestamp-query)"
+        return note
+
+    def reference_workload(self) -> Callable[[], object] | None:
+        """A fixed saxpy on random data in untracked buffers, timed next to the step to cancel drift."""
+        import numpy as np
+
+        from pytest_gpuperf.vulkan import kernels
+
+        device = self.device()
+        n = device.pick(cpu=1 << 18, default=1 << 22)
+        rng = np.random.default_rng(1234)
+        x = device.buffer(rng.standard_normal(n, dtype=np.float32), tracked=False)
+        y = device.buffer(rng.standard_normal(n, dtype=np.float32), tracked=False)
+        out = device.empty(n, tracked=False)
+        return kernels.saxpy(device, 1.5, x, y, out)
+
+    def reset_state(self) -> None:
+        """Destroy the buffers the finished test allocated."""
+        if self._device is not None:
+            self._device.release_all()
+
+    # -- roofs ----------------------------------------------------------------------
+    def roofs(self) -> Roofs:
+        """The device's measured bandwidth and compute roofs (measured once per selected device)."""
+        if self._roofs is None:
+            from pytest_gpuperf.vulkan.roofline import measure_roofs
+
+            self._roofs = measure_roofs(self.device())
+        return self._roofs
+
+    def peak_bandwidth(self) -> float:
+        """Measured bandwidth roof in bytes/s (vec4 copy kernel)."""
+        return self.roofs().bandwidth
+
+    def peak_compute(self) -> float:
+        """Measured float32 compute roof in FLOP/s (FMA-chain kernel)."""
+        return self.roofs().compute
