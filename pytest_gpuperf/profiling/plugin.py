@@ -1,1 +1,194 @@
-"""pytest hooks and fixtures of the profiling feature; imported at start-up, so nothing heavy at module level."""
+"""pytest hooks and fixtures of the profiling feature; imported at start-up, so nothing heavy at module level.
+
+* every measured step gets a memory-/compute-/latency-bound verdict (``<name>.bound``)
+  from its FLOPs and bytes against the device's measured roofs;
+* ``--gpuperf-profile`` (or ``@pytest.mark.gpuperf_profile`` or the ``gpuperf_profile``
+  fixture) writes a torch.profiler Chrome trace per step and lists its top kernels;
+* ``--gpuperf-ncu`` (or ``@pytest.mark.gpuperf_ncu``) re-runs the step under Nsight Compute
+  and adds ncu's verdict (``<name>.ncu_bound``); a test is skipped when ncu cannot run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.profiling.records import (
+    ARTIFACT_PROPERTY,
+    PROFILE_KEY,
+    PROFILE_REQUESTED_KEY,
+    USER_PROPERTY,
+    StepProfile,
+)
+from pytest_gpuperf.settings import add_options, get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.profiling.extension import ProfilingExtension
+
+OPTIONS: list[tuple[str, str, Any, str]] = [
+    ("--gpuperf-profile", "bool", False, "write a torch.profiler Chrome trace of each measured step (with --gpuperf)"),
+    ("--gpuperf-ncu", "bool", False, "re-run each measured step under Nsight Compute for its Speed-of-Light verdict"),
+    ("--gpuperf-artifacts", "str", "gpuperf-artifacts", "directory for traces and ncu CSVs, relative to the rootdir"),
+    ("--gpuperf-latency-share", "float", 0.3, "a step below this share of its roof is latency-bound (0.3 = 30%)"),
+    ("--gpuperf-recalibrate", "bool", False, "measure the device's peak FLOP/s and bandwidth again (ignore the cache)"),
+    ("--gpuperf-ncu-timeout", "float", 300.0, "seconds one ncu capture of a test may take before it is skipped"),
+]
+MARKERS = (
+    "gpuperf_profile: write a torch.profiler trace (Chrome JSON, opens in Perfetto) of this perf test's steps",
+    "gpuperf_ncu: re-run this perf test's steps under Nsight Compute and record its Speed-of-Light verdict",
+)
+EXTENSION_KEY = pytest.StashKey["ProfilingExtension"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the profiling flags and their ini twins."""
+    add_options(parser, OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register markers; under ``--gpuperf`` add the profiling extension to the session."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    config.pluginmanager.register(ProfileSummary(config), "gpuperf-profile-summary")
+    from pytest_gpuperf.profiling.ncu_capture import child_target
+
+    target = child_target()
+    if target is not None:  # the child process ncu runs: bracket the region, nothing else
+        from pytest_gpuperf.profiling.extension import NcuChildExtension
+
+        session.extensions.append(NcuChildExtension(target))
+        return
+    from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
+    from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, RoofProvider
+
+    artifacts = Path(get_option(config, "--gpuperf-artifacts"))
+    if not artifacts.is_absolute():
+        artifacts = config.rootpath / artifacts
+    share = get_option(config, "--gpuperf-latency-share")
+    if not 0.0 <= share <= 1.0:
+        raise pytest.UsageError(f"--gpuperf-latency-share / gpuperf_latency_share: expected 0..1, got {share}")
+    settings = ProfilingSettings(
+        profile=get_option(config, "--gpuperf-profile"),
+        ncu=get_option(config, "--gpuperf-ncu"),
+        artifacts_dir=artifacts,
+        latency_share=share,
+        ncu_timeout=get_option(config, "--gpuperf-ncu-timeout"),
+        rootdir=config.rootpath,
+        xdist=config.pluginmanager.hasplugin("xdist"),
+    )
+    roofs = RoofProvider(RoofCache(config.rootpath / CACHE_NAME), get_option(config, "--gpuperf-recalibrate"))
+    extension = ProfilingExtension(session, settings, roofs)
+    session.extensions.append(extension)
+    config.stash[EXTENSION_KEY] = extension
+
+
+@pytest.fixture
+def gpuperf_profile(request: pytest.FixtureRequest) -> list[StepProfile]:
+    """Turn on torch.profiler capture for this test (under ``--gpuperf``).
+
+    Returns the list the feature fills with one :class:`StepProfile` per measured step:
+    its verdict lines, top kernels and artifact paths (the Chrome trace).
+    """
+    request.node.stash[PROFILE_REQUESTED_KEY] = True
+    return request.node.stash.setdefault(PROFILE_KEY, [])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Tell the extension which test is measuring, for markers, fixtures and the item's records."""
+    extension: ProfilingExtension | None = item.config.stash.get(EXTENSION_KEY, None)
+    if extension is not None:
+        extension.start_item(item)
+    try:
+        yield
+    finally:
+        if extension is not None:
+            extension.start_item(None)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip early when ncu capture is asked for but ``ncu`` is missing (no time spent measuring)."""
+    extension = item.config.stash.get(EXTENSION_KEY, None)
+    if extension is None or "gpuperf" not in getattr(item, "fixturenames", ()):
+        return
+    from pytest_gpuperf.profiling.extension import NCU_MISSING, ncu_requested
+
+    if ncu_requested(item, extension.settings):
+        from pytest_gpuperf.profiling.ncu_capture import find_ncu
+
+        if find_ncu() is None:
+            pytest.skip(f"{item.nodeid}: {NCU_MISSING}")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Add the profile section; fail on a ``bound=`` mismatch; attach top kernels to a failure's message.
+
+    ``tryfirst`` makes this the outermost wrapper, so it runs after the session has
+    turned regressions into failures.
+    """
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    records = item.stash.get(PROFILE_KEY, None)
+    if report.when != "call" or not records:
+        return
+    text = "\n".join(r.text() for r in records)
+    report.sections.append(("gpuperf profile", text))
+    report.user_properties.append((USER_PROPERTY, text))
+    for record in records:
+        report.user_properties += [(ARTIFACT_PROPERTY, str(p)) for p in record.artifacts]
+    mismatches = [m for r in records for m in r.mismatches]
+    if mismatches and report.passed:
+        report.outcome = "failed"
+        lines = ["pytest-gpuperf: bound assertion failed", *("  " + m for m in mismatches), text]
+        report.longrepr = "\n".join(lines)
+    elif report.failed:
+        extra = "\n".join([*mismatches, text])
+        if isinstance(report.longrepr, str):
+            report.longrepr = f"{report.longrepr}\n{extra}"
+        elif hasattr(report.longrepr, "addsection"):
+            report.longrepr.addsection("gpuperf profile", extra)
+
+
+class ProfileSummary:
+    """Collects profile texts and artifact paths from call reports (xdist workers' too) and prints them."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.texts: list[tuple[str, str]] = []
+        self.artifacts: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep what the makereport hook put in the call report's user properties."""
+        if report.when != "call":
+            return
+        for key, value in report.user_properties:
+            if key == USER_PROPERTY:
+                self.texts.append((report.nodeid, str(value)))
+            elif key == ARTIFACT_PROPERTY:
+                self.artifacts.append(str(value))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The ``gpuperf profiling`` section: verdict lines and top kernels per test, artifacts, calibrations."""
+        extension = self.config.stash.get(EXTENSION_KEY, None)
+        calibrated = extension.roofs.calibrated if extension is not None else []
+        if not self.texts and not calibrated:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "gpuperf profiling")
+        for node_id, text in self.texts:
+            tr.write_line(node_id)
+            for line in text.splitlines():
+                tr.write_line("  " + line)
+        if self.artifacts:
+            folder = os.path.commonpath([os.path.dirname(a) for a in self.artifacts])
+            tr.write_line(f"profiling artifacts ({len(self.artifacts)} file(s)) in: {folder}")
+        if calibrated and extension is not None:
+            tr.write_line(f"measured roofs for {', '.join(calibrated)}; cached in {extension.roofs.cache.path}")
