@@ -33,7 +33,7 @@ def _expect_bound(gpuperf, name: str, expected: str, flops: float, bytes_moved: 
 def test_saxpy_bandwidth(gpuperf):
     """``out = a * x + y`` over float32 vectors: 12 bytes moved per 2 FLOP, the memory side."""
     device = gpuperf.device
-    n = device.pick(cpu=1 << 20, default=1 << 26)
+    n = device.max_floats(device.pick(cpu=1 << 20, default=1 << 26))
     rng = np.random.default_rng(11)
     x_host = rng.standard_normal(n, dtype=np.float32)
     y_host = rng.standard_normal(n, dtype=np.float32)

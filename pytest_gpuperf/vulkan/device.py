@@ -101,6 +101,15 @@ class VulkanDevice:
         """wgpu's adapter type: ``DiscreteGPU``, ``IntegratedGPU``, ``CPU`` ..."""
         return self.info.device_type
 
+    @property
+    def max_binding_bytes(self) -> int:
+        """Largest storage buffer one binding may cover (``max-storage-buffer-binding-size``)."""
+        return int(self.wgpu_device.limits["max-storage-buffer-binding-size"])
+
+    def max_floats(self, wanted: int) -> int:
+        """``wanted`` float32 elements, capped to fit one storage binding (a multiple of 4)."""
+        return min(int(wanted), self.max_binding_bytes // 4 // 4 * 4)
+
     def pick(self, default: Any = None, **per_type: Any) -> Any:
         """Size work by adapter type: ``device.pick(cpu=256, default=4096)`` (keys are lower-case types)."""
         key = self.device_type.lower()

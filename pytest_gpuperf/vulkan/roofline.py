@@ -67,7 +67,7 @@ def measure_roofs(device: VulkanDevice) -> Roofs:
 
     from pytest_gpuperf.vulkan import kernels
 
-    floats = device.pick(cpu=1 << 22, default=1 << 26)  # 16 MiB on a CPU device, 256 MiB on a GPU
+    floats = device.max_floats(device.pick(cpu=1 << 22, default=1 << 26))  # 16 MiB (CPU device), 256 MiB (GPU)
     rng = np.random.default_rng(7)
     src = device.buffer(rng.standard_normal(floats, dtype=np.float32), tracked=False)
     dst = device.empty(floats, tracked=False)
