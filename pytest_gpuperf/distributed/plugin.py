@@ -1,1 +1,164 @@
-"""pytest hooks and fixtures of the distributed feature; imported at start-up, so nothing heavy at module level."""
+"""pytest hooks and fixtures of the distributed feature; imported at start-up, so nothing heavy at module level.
+
+* ``@pytest.mark.gpuperf_distributed(world_size=2, timeout=None, backend=None)``: the body
+  runs on every rank (reused rank pool, or in place under an outer launch);
+* ``gpuperf_rank``: this rank's :class:`~pytest_gpuperf.distributed.tasks.RankInfo` inside such a body;
+* ``gpuperf_torchrun``: run a script on N ranks through ``torch.distributed.run`` and judge what it prints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.settings import add_options, get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.distributed.manager import PoolManager
+    from pytest_gpuperf.distributed.torchrun import TorchrunRunner
+
+OPTIONS: list[tuple[str, str, Any, str]] = [
+    ("--gpuperf-dist-timeout", "float", 300.0, "seconds a distributed test may run before its ranks' stacks dump"),
+    ("--gpuperf-dist-start-timeout", "float", 300.0, "seconds to wait for a rank pool to start"),
+    ("--gpuperf-dist-no-pool", "bool", False, "start fresh ranks for every distributed test instead of reusing a pool"),
+]
+MARKER = (
+    "gpuperf_distributed(world_size=2, timeout=None, backend=None): run the test body on world_size ranks "
+    "(gloo on CPU, NCCL on CUDA, one GPU per rank) through torchrun's launcher; world_size may be a mapping per "
+    "backend ({'cpu': 2, 'cuda': 'all'}); per-rank metrics are judged as rank<N>.<metric>, plus the slowest rank's "
+    "time/throughput and the imbalance between ranks"
+)
+MANAGER_KEY = pytest.StashKey["PoolManager"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the distributed feature's flags and their ini twins."""
+    add_options(parser, OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``gpuperf_distributed`` marker."""
+    config.addinivalue_line("markers", MARKER)
+
+
+def _manager(config: pytest.Config) -> PoolManager:
+    from pytest_gpuperf.distributed.manager import PoolManager
+
+    manager = config.stash.get(MANAGER_KEY, None)
+    if manager is None:
+        manager = PoolManager(
+            start_timeout=get_option(config, "--gpuperf-dist-start-timeout"),
+            reuse=not get_option(config, "--gpuperf-dist-no-pool"),
+        )
+        config.stash[MANAGER_KEY] = manager
+    return manager
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip, with the reason, a distributed test whose world does not fit this machine (never hang)."""
+    if item.get_closest_marker("gpuperf_distributed") is None:
+        return
+    from pytest_gpuperf.distributed.env import world_size_problem
+    from pytest_gpuperf.distributed.runner import spec_for
+
+    spec = spec_for(item, get_option(item.config, "--gpuperf-dist-timeout"))
+    problem = world_size_problem(spec.backend, spec.world_size)
+    if problem is not None:
+        pytest.skip(problem)
+    item._gpuperf_dist_spec = spec  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run a ``gpuperf_distributed`` test's body on its ranks instead of in this process."""
+    spec = getattr(pyfuncitem, "_gpuperf_dist_spec", None)
+    if spec is None:
+        return None
+    from pytest_gpuperf.distributed.env import outer_launch
+
+    launch = outer_launch()
+    if launch is not None:
+        from pytest_gpuperf.distributed.inplace import run_in_place
+
+        run_in_place(pyfuncitem, spec, launch)
+    else:
+        from pytest_gpuperf.distributed.runner import run_in_pool
+
+        run_in_pool(pyfuncitem, spec, _manager(pyfuncitem.config))
+    return True
+
+
+@pytest.fixture
+def gpuperf_rank(request: pytest.FixtureRequest) -> Any:
+    """This rank's ``RankInfo`` (rank, local_rank, world_size, backend, dist_backend, device) in a distributed test.
+
+    The body of a ``@pytest.mark.gpuperf_distributed`` test runs on every rank with the
+    default process group already joined; in the pytest process this fixture only
+    checks that the test carries the marker.
+    """
+    spec = getattr(request.node, "_gpuperf_dist_spec", None)
+    if spec is None:
+        raise pytest.UsageError(
+            f"{request.node.nodeid}: gpuperf_rank is only available in tests marked "
+            "@pytest.mark.gpuperf_distributed(world_size=N)"
+        )
+    from pytest_gpuperf.distributed.env import DIST_BACKENDS
+    from pytest_gpuperf.distributed.tasks import RankInfo
+
+    return RankInfo(-1, -1, spec.world_size, spec.backend, DIST_BACKENDS[spec.backend])
+
+
+@pytest.fixture
+def gpuperf_torchrun(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> TorchrunRunner:
+    """Run a script on N ranks: ``gpuperf_torchrun.run("perf_tests/train_fsdp.py", nproc_per_node=2)``.
+
+    Launches ``python -m torch.distributed.run --standalone --nproc_per_node N`` (gloo on
+    CPU, NCCL on CUDA: the script reads ``GPUPERF_BACKEND``), fails the test on a
+    non-zero exit or a timeout with the output, and judges the numbers the script
+    printed on ``GPUPERF {"rank": ...}`` lines (or the seed's ``Peak VRAM/GPU`` lines)
+    against the baselines of an N-rank world.
+    """
+    from pytest_gpuperf.distributed.torchrun import TorchrunRunner
+
+    handle = None
+    if "gpuperf" in request.fixturenames:
+        handle = request.getfixturevalue("gpuperf")
+    timeout = get_option(request.config, "--gpuperf-dist-timeout")
+    return TorchrunRunner(request.node, handle, gpuperf_backend.name, timeout)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop every rank; on ranks other than 0 of an outer launch, drop baseline updates (rank 0 writes)."""
+    manager = session.config.stash.get(MANAGER_KEY, None)
+    if manager is not None:
+        manager.close()
+    from pytest_gpuperf.distributed.env import outer_launch
+
+    launch = outer_launch()
+    gpuperf_session = session.config.stash.get(SESSION_KEY, None)
+    if launch is not None and launch.rank != 0 and gpuperf_session is not None:
+        gpuperf_session.pending_updates.clear()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Last resort: no rank process outlives the session."""
+    manager = config.stash.get(MANAGER_KEY, None)
+    if manager is not None:
+        manager.close(graceful=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line on the rank pool: starts, rebuilds after faults, tests run."""
+    manager = config.stash.get(MANAGER_KEY, None)
+    if manager is None or not manager.stats.started:
+        return
+    stats = manager.stats
+    terminalreporter.write_line(
+        f"gpuperf distributed: {stats.tests} test(s) on {stats.started} rank-pool start(s) "
+        f"({stats.rebuilt_after_fault} rebuilt after a fault), {stats.start_seconds:.1f} s starting ranks"
+    )

@@ -1,0 +1,71 @@
+"""Turn a :class:`PoolOutcome` (or in-place results) into the failing test's message, with the evidence."""
+
+from __future__ import annotations
+
+from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, STATUS_SKIP, RankResult
+from pytest_gpuperf.units import format_value
+
+
+def _memory_lines(result: RankResult) -> list[str]:
+    names = {
+        "max_memory_allocated": "peak allocated (torch.cuda.max_memory_allocated)",
+        "max_memory_reserved": "peak reserved (torch.cuda.max_memory_reserved)",
+        "memory_allocated": "allocated at failure",
+        "total_memory": "device total",
+        "peak_rss": "peak RSS of the rank process",
+    }
+    return [f"    {names.get(k, k)}: {format_value(v, 'B')}" for k, v in result.memory.items()]
+
+
+def describe_failure(
+    node_id: str,
+    world_size: int,
+    results: dict[int, RankResult],
+    hung: list[int] | None = None,
+    died: list[int] | None = None,
+    stacks: dict[int, str] | None = None,
+    timeout: float | None = None,
+    launcher_log: str = "",
+) -> str | None:
+    """The failure text of a distributed test, or None when every rank passed."""
+    hung, died, stacks = hung or [], died or [], stacks or {}
+    parts: list[str] = []
+    for rank in sorted(results):
+        result = results[rank]
+        if result.status == STATUS_OOM:
+            parts.append(f"rank {rank} of {world_size} ran out of memory; its peak numbers:")
+            parts.extend(_memory_lines(result))
+            parts.append(_indent(result.traceback))
+        elif result.status == STATUS_ERROR:
+            parts.append(f"rank {rank} of {world_size} raised:")
+            parts.append(_indent(result.traceback))
+    if hung:
+        waited = f"within {timeout:g} s" if timeout is not None else "in time"
+        parts.append(
+            f"rank(s) {', '.join(map(str, hung))} of {world_size} did not finish {waited} (a hung collective, "
+            "or a rank waiting for one that failed); raise the limit with "
+            "@pytest.mark.gpuperf_distributed(timeout=...) or --gpuperf-dist-timeout. Their stacks:"
+        )
+        for rank in hung:
+            parts.append(f"  --- rank {rank} ---")
+            parts.append(_indent(stacks.get(rank, "(no stack)")))
+    if died:
+        parts.append(
+            f"rank(s) {', '.join(map(str, sorted(died)))} of {world_size} died without reporting "
+            "(killed by a signal such as the kernel's OOM killer, or a crash); torchrun's output:"
+        )
+        parts.append(_indent(launcher_log or "(empty)"))
+    if not parts:
+        return None
+    return f"{node_id}: distributed test failed on {world_size} rank(s)\n" + "\n".join(parts)
+
+
+def skip_reason(results: dict[int, RankResult]) -> str | None:
+    """A rank's ``pytest.skip`` message when every rank that answered skipped, else None."""
+    if results and all(r.status == STATUS_SKIP for r in results.values()):
+        return next(iter(results.values())).traceback
+    return None
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.rstrip().splitlines())

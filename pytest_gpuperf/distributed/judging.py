@@ -1,0 +1,36 @@
+"""Hand metrics that came from N ranks to the session, under the fingerprint of an N-rank world."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.results import Metric
+
+
+def mark_world(item: Any, handle: GpuPerf | None, world_size: int) -> None:
+    """Make the baseline file of ``item`` the one of a ``world_size``-rank world (``...-ws<N>.yaml``)."""
+    item._gpuperf_world_size = world_size
+    if handle is not None:
+        handle.world_size = world_size  # type: ignore[attr-defined]
+
+
+def judge_world_metrics(item: Any, handle: GpuPerf | None, world_size: int, metrics: list[Metric]) -> None:
+    """Judge and store ``metrics`` for ``item`` (nothing in smoke mode); the core's report hook fails regressions."""
+    mark_world(item, handle, world_size)
+    if handle is None or handle.session is None or not metrics:
+        return
+    session = handle.session
+    verdicts = session.judge(handle, metrics)
+    session.store(handle, verdicts)
+    handle.metrics.extend(metrics)
+
+
+def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
+    """Imbalance is as noisy as time on this backend: judge it with the backend's time tolerance."""
+    if handle is None or handle.session is None:
+        return None
+    options = handle.options
+    default = handle.session.settings.time_tolerance_for(handle.backend.name)
+    return float(options.get("time_tolerance", options.get("tolerance", default)))

@@ -1,0 +1,178 @@
+"""Run one test body inside a rank: reset state, import the function, give it ``gpuperf``, collect metrics.
+
+Used by the pool worker (:mod:`.worker`) and by in-place runs under an outer
+launch (:mod:`.inplace`). Metrics are measured with the core's own
+:meth:`GpuPerf.measure` and collected, not judged: judging happens in the pytest
+process (or on rank 0), against the baseline of the whole world.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import importlib.util
+import io
+import random
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuperf.distributed.tasks import (
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_OOM,
+    STATUS_SKIP,
+    RankInfo,
+    RankResult,
+    RankTask,
+)
+from pytest_gpuperf.results import Verdict
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.results import Metric
+    from pytest_gpuperf.session import GpuperfSession
+    from pytest_gpuperf.settings import Settings
+
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def rank_session(settings: Settings) -> GpuperfSession:
+    """A session for one rank: measures like the pytest process's (same settings, baselines, probes),
+    but collects metrics in ``.metrics`` instead of judging them."""
+    from pytest_gpuperf.session import GpuperfSession
+
+    class RankSession(GpuperfSession):
+        """Stands in for the session inside a rank; judging happens once, for the whole world."""
+
+        def __init__(self) -> None:
+            super().__init__(None, settings)  # type: ignore[arg-type] - no pytest config on a rank
+            self.metrics: list[Metric] = []
+
+        def judge(self, handle: GpuPerf, metrics: list[Metric]) -> list[Verdict]:
+            return [Verdict(metric, "info") for metric in metrics]
+
+        def should_confirm(self, verdicts: list[Verdict]) -> bool:
+            return False
+
+        def store(self, handle: GpuPerf, verdicts: list[Verdict]) -> None:
+            self.metrics.extend(v.metric for v in verdicts)
+
+    return RankSession()
+
+
+def resolve_function(task: RankTask) -> Any:
+    """Import the test function of ``task`` (by module name, else by file), then walk its qualname."""
+    for entry in reversed(task.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    module = sys.modules.get(task.module_name)
+    if module is None or getattr(module, "__file__", None) != task.module_file:
+        try:
+            module = importlib.import_module(task.module_name)
+        except ImportError:
+            module = None
+        if module is None or getattr(module, "__file__", None) != task.module_file:
+            spec = importlib.util.spec_from_file_location(task.module_name, task.module_file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"{task.node_id}: cannot import {task.module_file} on this rank")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[task.module_name] = module
+            spec.loader.exec_module(module)
+    obj: Any = module
+    for part in task.qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def reset_state(seed: int, backend: str) -> None:
+    """Before each test: same RNG seeds on every rank, fresh peak-memory statistics, garbage collected."""
+    import torch
+
+    gc.collect()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed)
+    if backend == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def cleanup_process_groups() -> str:
+    """After each test: destroy process groups the test left behind; say if the default group is gone."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if not dist.is_initialized():
+        return "the test destroyed the default process group"
+    default = c10d._get_default_group()
+    for group in list(c10d._world.pg_map):
+        if group is not default:
+            dist.destroy_process_group(group)
+    gc.collect()
+    return ""
+
+
+def memory_numbers(backend: str, local_rank: int) -> dict[str, float]:
+    """This rank's peak memory numbers: the CUDA allocator's peaks, or the process's peak RSS on CPU."""
+    import resource
+
+    numbers: dict[str, float] = {"peak_rss": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)}
+    if backend == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            numbers["max_memory_allocated"] = float(torch.cuda.max_memory_allocated(local_rank))
+            numbers["max_memory_reserved"] = float(torch.cuda.max_memory_reserved(local_rank))
+            numbers["memory_allocated"] = float(torch.cuda.memory_allocated(local_rank))
+            numbers["total_memory"] = float(torch.cuda.get_device_properties(local_rank).total_memory)
+    return numbers
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for torch's OutOfMemoryError and for allocator failures (CPU ``can't allocate memory``)."""
+    import torch
+
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, (MemoryError, RuntimeError)) and any(t in str(exc).lower() for t in _OOM_TEXT)
+
+
+def run_task(task: RankTask, info: RankInfo, backend: Backend) -> RankResult:
+    """Run ``task``'s body on this rank and return its metrics or its failure (never raises)."""
+    import pytest
+
+    from pytest_gpuperf.fixture import GpuPerf
+
+    started = time.perf_counter()
+    out, err = io.StringIO(), io.StringIO()
+    collector = rank_session(task.settings) if task.settings is not None else None
+    result = RankResult(rank=info.rank, status=STATUS_OK)
+    try:
+        reset_state(task.seed, task.backend)
+        func = resolve_function(task)
+        kwargs = dict(task.kwargs)
+        if "gpuperf" in task.wants:
+            kwargs["gpuperf"] = GpuPerf(task.node_id, backend, collector, dict(task.gpuperf_options))
+        if "gpuperf_rank" in task.wants:
+            kwargs["gpuperf_rank"] = info
+        if "gpuperf_backend" in task.wants:
+            kwargs["gpuperf_backend"] = backend
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            func(**kwargs)
+    except pytest.skip.Exception as exc:
+        result.status, result.traceback = STATUS_SKIP, str(exc.msg)
+    except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - a rank reports every failure
+        result.status = STATUS_OOM if is_oom(exc) else STATUS_ERROR
+        result.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        result.memory = memory_numbers(task.backend, info.local_rank)
+    result.seconds = time.perf_counter() - started
+    result.metrics = list(collector.metrics) if collector is not None else []  # type: ignore[attr-defined]
+    result.stdout, result.stderr = out.getvalue(), err.getvalue()
+    return result

@@ -1,0 +1,138 @@
+"""Run a ``@pytest.mark.gpuperf_distributed`` test: build its task, send it to the ranks, judge what comes back."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.distributed.tasks import RANK_FIXTURES, RankResult, RankTask
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.distributed.manager import PoolManager
+    from pytest_gpuperf.fixture import GpuPerf
+
+
+@dataclass(frozen=True)
+class DistSpec:
+    """Where one distributed test runs: its world size, device backend and timeout."""
+
+    world_size: int
+    backend: str
+    timeout: float
+
+
+def build_task(item: pytest.Function, backend: str) -> RankTask:
+    """The picklable description of ``item``'s body: function by reference, other arguments by value."""
+    if item.cls is not None:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.gpuperf_distributed supports module-level test functions only "
+            "(the ranks import the function by module and name); move it out of the class"
+        )
+    function = item.function
+    argnames = item._fixtureinfo.argnames
+    wants = tuple(name for name in RANK_FIXTURES if name in argnames)
+    kwargs = {name: item.funcargs[name] for name in argnames if name not in RANK_FIXTURES}
+    for name, value in kwargs.items():
+        try:
+            pickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
+            pytest.fail(
+                f"{item.nodeid}: argument {name!r} ({type(value).__name__}) cannot be sent to the ranks: {exc}. "
+                "Distributed tests may take picklable fixtures and parameters only; build other objects in the body.",
+                pytrace=False,
+            )
+    handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
+    marker = item.get_closest_marker("gpuperf")
+    return RankTask(
+        node_id=item.nodeid,
+        module_name=item.module.__name__,
+        module_file=str(item.module.__file__),
+        qualname=function.__qualname__,
+        backend=backend,
+        kwargs=kwargs,
+        wants=wants,
+        gpuperf_options=dict(marker.kwargs) if marker is not None else {},
+        settings=handle.session.settings if handle is not None and handle.session is not None else None,
+        seed=zlib.crc32(item.nodeid.encode()) & 0x7FFFFFFF,
+        sys_path=[p for p in sys.path if p],
+    )
+
+
+def attach_rank_output(item: pytest.Function, results: dict[int, RankResult]) -> None:
+    """Each rank's captured stdout/stderr as report sections (shown for failing tests)."""
+    for rank in sorted(results):
+        if results[rank].stdout:
+            item.add_report_section("call", f"rank {rank} stdout", results[rank].stdout)
+        if results[rank].stderr:
+            item.add_report_section("call", f"rank {rank} stderr", results[rank].stderr)
+
+
+def conclude(item: pytest.Function, spec: DistSpec, results: dict[int, RankResult], failure: str | None) -> None:
+    """Fail with the evidence, skip when the ranks skipped, else judge the world's metrics."""
+    from pytest_gpuperf.distributed.aggregate import aggregate
+    from pytest_gpuperf.distributed.faults import skip_reason
+    from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics, mark_world
+
+    handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
+    attach_rank_output(item, results)
+    mark_world(item, handle, spec.world_size)
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    reason = skip_reason(results)
+    if reason is not None:
+        pytest.skip(reason)
+    per_rank = {rank: result.metrics for rank, result in results.items()}
+    judge_world_metrics(item, handle, spec.world_size, aggregate(per_rank, imbalance_tolerance(handle)))
+
+
+def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> None:
+    """Run ``item`` on a pool of ``spec.world_size`` ranks; fail it with the evidence on any fault."""
+    from pytest_gpuperf.distributed.faults import describe_failure
+    from pytest_gpuperf.distributed.pool import PoolStartError
+
+    task = build_task(item, spec.backend)
+    try:
+        outcome = manager.run(task, spec.world_size, spec.timeout)
+    except PoolStartError as exc:
+        pytest.fail(f"{item.nodeid}: could not start {spec.world_size} rank(s) on {spec.backend}: {exc}", pytrace=False)
+    failure = describe_failure(
+        item.nodeid,
+        spec.world_size,
+        outcome.results,
+        hung=outcome.hung,
+        died=outcome.died,
+        stacks=outcome.stacks,
+        timeout=spec.timeout,
+        launcher_log=outcome.launcher_log,
+    )
+    conclude(item, spec, outcome.results, failure)
+
+
+def spec_for(item: pytest.Item, default_timeout: float) -> DistSpec:
+    """Read ``@pytest.mark.gpuperf_distributed(world_size=..., timeout=..., backend=...)`` of ``item``."""
+    from pytest_gpuperf.distributed.env import resolve_world_size
+
+    marker = item.get_closest_marker("gpuperf_distributed")
+    assert marker is not None
+    kwargs: dict[str, Any] = dict(marker.kwargs)
+    if marker.args:
+        kwargs.setdefault("world_size", marker.args[0])
+    unknown = set(kwargs) - {"world_size", "timeout", "backend"}
+    if unknown:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.gpuperf_distributed got unknown argument(s) {sorted(unknown)}; "
+            "known: world_size, timeout, backend"
+        )
+    callspec = getattr(item, "callspec", None)
+    backend = (callspec.params.get("gpuperf_backend") if callspec else None) or kwargs.get("backend") or "cpu"
+    try:
+        world_size = resolve_world_size(kwargs.get("world_size", 2), str(backend))
+    except ValueError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.gpuperf_distributed: {exc}") from None
+    timeout = float(kwargs.get("timeout") or default_timeout)
+    return DistSpec(world_size, str(backend), timeout)

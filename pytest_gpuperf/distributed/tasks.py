@@ -1,0 +1,77 @@
+"""What travels between the pytest process and the ranks: a test to run, and each rank's result.
+
+Plain dataclasses of picklable values; a test function travels by reference
+(module name, file and qualified name) and is imported in the rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.results import Metric
+    from pytest_gpuperf.settings import Settings
+
+#: Fixtures the rank provides itself; any other argument is shipped from the pytest process.
+RANK_FIXTURES = ("gpuperf", "gpuperf_rank", "gpuperf_backend")
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_OOM = "oom"
+STATUS_SKIP = "skip"
+
+
+@dataclass
+class RankTask:
+    """One test body to run on every rank."""
+
+    node_id: str
+    module_name: str
+    module_file: str
+    qualname: str
+    backend: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    wants: tuple[str, ...] = ()
+    gpuperf_options: dict[str, Any] = field(default_factory=dict)
+    settings: Settings | None = None
+    seed: int = 0
+    sys_path: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where a test body runs: the ``gpuperf_rank`` fixture inside a distributed test."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    dist_backend: str
+
+    @property
+    def device(self) -> Any:
+        """This rank's torch device (``cuda:<local_rank>`` or ``cpu``)."""
+        import torch
+
+        return torch.device("cuda", self.local_rank) if self.backend == "cuda" else torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0."""
+        return self.rank == 0
+
+
+@dataclass
+class RankResult:
+    """What one rank sends back after a test body."""
+
+    rank: int
+    status: str
+    metrics: list[Metric] = field(default_factory=list)
+    traceback: str = ""
+    memory: dict[str, float] = field(default_factory=dict)
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+    dirty: str = ""

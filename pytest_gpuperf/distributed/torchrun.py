@@ -1,0 +1,223 @@
+"""The ``gpuperf_torchrun`` fixture's runner: a script on N ranks via ``python -m torch.distributed.run``.
+
+The script reports on ``GPUPERF {...}`` lines (see :mod:`.protocol`) or with the
+seed's ``Step | Loss | Peak VRAM/GPU`` lines; the runner turns them into metrics
+(per-rank peak memory, the slowest rank's tokens/s, imbalance) and judges them
+under an N-rank fingerprint. A script that outlives its timeout gets SIGABRT
+(``PYTHONFAULTHANDLER=1`` prints every rank's stack), then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_gpuperf.distributed.env import process_env, world_size_problem
+from pytest_gpuperf.distributed.protocol import ScriptReport, parse_output
+from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, Metric
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.fixture import GpuPerf
+
+OUTPUT_TAIL = 6000
+
+
+@dataclass
+class TorchrunResult:
+    """One script run: exit code, output, what it reported, and the metrics recorded from it."""
+
+    command: list[str]
+    returncode: int
+    output: str
+    report: ScriptReport
+    seconds: float
+    metrics: list[Metric]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc; empty where /proc is absent)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def script_metrics(report: ScriptReport, name: str, imbalance_tolerance: float | None = None) -> list[Metric]:
+    """Per-rank peak memory (judged), per-rank tokens/s (info), slowest rank's tokens/s and imbalance (judged)."""
+    metrics: list[Metric] = []
+    rates: dict[int, Metric] = {}
+    for rank in sorted(report.ranks):
+        rank_report = report.ranks[rank]
+        if rank_report.peak_memory is not None:
+            metrics.append(Metric(f"rank{rank}.{name}.peak_memory", rank_report.peak_memory, "B", "lower", KIND_MEMORY))
+        if rank_report.tokens_per_s is not None:
+            tokens = rank_report.extra.get("tokens_per_step")
+            samples = [float(tokens) / t for t in rank_report.step_times if t > 0] if tokens else []
+            rate = Metric(
+                f"rank{rank}.{name}.tokens_per_s",
+                rank_report.tokens_per_s,
+                "tokens/s",
+                "higher",
+                KIND_THROUGHPUT,
+                samples=samples,
+                judged=False,
+            )
+            rates[rank] = rate
+            metrics.append(rate)
+    if not report.ranks and report.seed_peak_bytes is not None:
+        metrics.append(Metric(f"rank0.{name}.peak_memory", report.seed_peak_bytes, "B", "lower", KIND_MEMORY))
+    if rates:
+        slow = min(rates, key=lambda r: float(rates[r].value))
+        fast = max(rates, key=lambda r: float(rates[r].value))
+        slowest = rates[slow]
+        metrics.append(
+            Metric(
+                f"{name}.tokens_per_s",
+                slowest.value,
+                "tokens/s",
+                "higher",
+                KIND_THROUGHPUT,
+                samples=list(slowest.samples),
+                extra={"rank": slow},
+            )
+        )
+        ratio = float(rates[fast].value) / float(slowest.value) if float(slowest.value) > 0 else 1.0
+        metrics.append(Metric(f"{name}.imbalance", ratio, "x", "lower", KIND_CUSTOM, tolerance=imbalance_tolerance))
+    return metrics
+
+
+class TorchrunRunner:
+    """Runs scripts on N ranks for one test (the object the ``gpuperf_torchrun`` fixture returns)."""
+
+    def __init__(self, item: pytest.Item, handle: GpuPerf | None, backend: str, timeout: float) -> None:
+        self.item = item
+        self.handle = handle
+        self.backend = backend
+        self.timeout = timeout
+        self.results: list[TorchrunResult] = []
+
+    def run(
+        self,
+        script: str | os.PathLike[str],
+        *args: str,
+        nproc_per_node: int,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        record: bool = True,
+    ) -> TorchrunResult:
+        """Run ``script args`` on ``nproc_per_node`` ranks; fail the test on a non-zero exit or a timeout.
+
+        The script gets torchrun's environment plus ``GPUPERF_BACKEND`` (``cpu``/``cuda``).
+        With ``record`` its reported numbers are judged as ``rank<N>.<name>.peak_memory``,
+        ``<name>.tokens_per_s`` (slowest rank) and ``<name>.imbalance``; ``name`` defaults
+        to the script's stem.
+        """
+        from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics
+
+        problem = world_size_problem(self.backend, nproc_per_node)
+        if problem is not None:
+            pytest.skip(problem)
+        path = Path(script)
+        if not path.is_absolute():
+            path = Path(self.item.config.rootpath) / path
+        if not path.exists():
+            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun: script {path} does not exist", pytrace=False)
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(nproc_per_node),
+            "--max_restarts",
+            "0",
+            str(path),
+            *map(str, args),
+        ]
+        limit = float(timeout or self.timeout)
+        run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            command,
+            env=run_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(self.item.config.rootpath),
+        )
+        timed_out = False
+        try:
+            raw, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            raw = self._stop(proc)
+        output = raw.decode(errors="replace")
+        seconds = time.perf_counter() - started
+        if timed_out:
+            pytest.fail(
+                f"{self.item.nodeid}: {path.name} on {nproc_per_node} rank(s) did not finish within {limit:g} s "
+                f"(pass timeout= to gpuperf_torchrun.run or raise --gpuperf-dist-timeout); the ranks' stacks and "
+                f"output:\n{output[-OUTPUT_TAIL:]}",
+                pytrace=False,
+            )
+        if proc.returncode != 0:
+            pytest.fail(
+                f"{self.item.nodeid}: {path.name} on {nproc_per_node} rank(s) exited with code {proc.returncode}; "
+                f"its output (torchrun names the failed rank):\n{output[-OUTPUT_TAIL:]}",
+                pytrace=False,
+            )
+        report = parse_output(output)
+        metrics = script_metrics(report, name or path.stem, imbalance_tolerance(self.handle))
+        if record:
+            if not metrics:
+                pytest.fail(
+                    f"{self.item.nodeid}: {path.name} printed no 'GPUPERF {{\"rank\": ...}}' line and no "
+                    f"'Step N | Loss: x | Peak VRAM/GPU: y GB' line; print one per rank (see "
+                    f"pytest_gpuperf.distributed.protocol). Output:\n{output[-OUTPUT_TAIL:]}",
+                    pytrace=False,
+                )
+            judge_world_metrics(self.item, self.handle, nproc_per_node, metrics)
+        result = TorchrunResult(command, proc.returncode, output, report, seconds, metrics)
+        self.results.append(result)
+        return result
+
+    def _stop(self, proc: subprocess.Popen[bytes]) -> bytes:
+        """Dump the ranks' stacks (SIGABRT + faulthandler), then kill the launcher and every rank."""
+        ranks = descendants(proc.pid)
+        _signal_all(ranks, signal.SIGABRT)
+        time.sleep(1.0)
+        _signal_all([proc.pid, *ranks, *descendants(proc.pid)], signal.SIGKILL)
+        try:
+            raw, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            raw = b""
+        return raw
