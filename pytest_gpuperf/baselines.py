@@ -147,7 +147,27 @@ def load_baseline_file(path: Path) -> BaselineFile | None:
     return parse_baseline_text(path, text)
 
 
+def _plain(value: Any) -> Any:
+    """Coerce str/int/float subclasses (torch's TorchVersion, numpy scalars) to the builtins safe_dump knows."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):
+        return _plain(value.item())
+    return str(value)
+
+
 def _round(value: Any) -> Any:
+    value = _plain(value)
     if isinstance(value, float) and math.isfinite(value) and value != 0.0:
         return float(f"{value:.6g}")
     return value
@@ -166,7 +186,7 @@ def _ordered_entry(entry: dict[str, Any]) -> dict[str, Any]:
                 value = _round(value)
             ordered[key] = value
     for key in sorted(set(entry) - set(METRIC_FIELD_ORDER)):
-        ordered[key] = entry[key]
+        ordered[key] = _plain(entry[key])
     return ordered
 
 
@@ -184,7 +204,7 @@ def render_baseline(baseline: BaselineFile) -> str:
     _Dumper.add_representer(list, _represent_list)
     document = {
         "schema_version": SCHEMA_VERSION,
-        "fingerprint": {k: baseline.fingerprint[k] for k in sorted(baseline.fingerprint)},
+        "fingerprint": {k: _plain(baseline.fingerprint[k]) for k in sorted(baseline.fingerprint)},
         "tests": {
             test_id: {name: _ordered_entry(baseline.tests[test_id][name]) for name in sorted(baseline.tests[test_id])}
             for test_id in sorted(baseline.tests)

@@ -46,9 +46,12 @@ class GpuPerf:
     def __init__(self, node_id: str, backend: Backend, session: GpuperfSession | None, marker_kwargs: dict[str, Any]):
         unknown = set(marker_kwargs) - MARKER_KEYS
         if unknown:
-            raise TypeError(
+            import pytest
+
+            pytest.fail(
                 f"{node_id}: @pytest.mark.gpuperf got unknown argument(s) {sorted(unknown)}; "
-                f"known: {sorted(MARKER_KEYS)}"
+                f"known: {sorted(MARKER_KEYS)}",
+                pytrace=False,
             )
         self.node_id = node_id
         self.backend = backend
@@ -116,10 +119,10 @@ class GpuPerf:
             self.measurements.append(measurement)
             return measurement
         from pytest_gpuperf.measure import measure_time
+        from pytest_gpuperf.plan import plan_measure
 
-        reference = self.session.reference_for(self.backend)
-        config = self._measure_config()
-        timing = measure_time(self.backend, step, config, reference)
+        plan = plan_measure(self, step, self._measure_config(), name, items, flops, bytes_moved)
+        timing = measure_time(self.backend, step, plan.config, plan.probe, plan.stop_rule)
         metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
         if memory:
             peak = self.backend.measure_peak_memory(step)
@@ -137,7 +140,7 @@ class GpuPerf:
                 metrics.extend(extension.after_measure(context))
         verdicts = self.session.judge(self, metrics)
         if self.session.should_confirm(verdicts):
-            timing = measure_time(self.backend, step, config, reference)
+            timing = measure_time(self.backend, step, plan.config, plan.probe, plan.stop_rule)
             retimed = {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
             metrics = [retimed.get(m.name, m) for m in metrics]
             for metric in metrics:
@@ -159,11 +162,7 @@ class GpuPerf:
         bytes_moved: float | None,
     ) -> list[Metric]:
         median = timing.median
-        extra: dict[str, Any] = {
-            "iters_per_sample": timing.iters_per_sample,
-            "precision": timing.precision,
-            "budget_exhausted": timing.budget_exhausted,
-        }
+        extra: dict[str, Any] = timing.summary()
         metrics = [
             Metric(
                 f"{name}.time",

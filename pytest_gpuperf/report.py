@@ -54,9 +54,11 @@ def metric_section(verdicts: list[dict[str, Any]]) -> str:
 
 def write_terminal_summary(terminalreporter: Any, session: GpuperfSession) -> None:
     """Write the ``gpuperf`` summary: a table per test, then what to do about new or improved metrics."""
+    tr = terminalreporter
+    for error in session.update_errors:
+        tr.write_line(error, red=True, bold=True)
     if not session.reported:
         return
-    tr = terminalreporter
     tr.write_sep("=", "gpuperf summary")
     new_tests: list[str] = []
     improved: list[str] = []

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.extensions import MeasureExtension
     from pytest_gpuperf.baselines import BaselineFile
     from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.reference import ProbeSet
     from pytest_gpuperf.settings import Settings
 
 REPORT_ATTR = "gpuperf"
@@ -33,6 +34,10 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
         entry["samples"] = list(metric.samples)
     if metric.normalized:
         entry["normalized"] = list(metric.normalized)
+    if metric.kind in (KIND_TIME, KIND_THROUGHPUT):  # how it was timed, so later runs time it the same way
+        for key in ("reference", "method"):
+            if metric.extra.get(key):
+                entry[key] = metric.extra[key]
     return entry
 
 
@@ -53,6 +58,7 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "tolerance": verdict.tolerance,
         "message": verdict.message,
         "samples": len(metric.samples),
+        "sample_values": list(metric.samples),  # raw samples, for the JSON report (pytest-benchmark stats)
         "extra": {k: v for k, v in metric.extra.items() if isinstance(v, (int, float, str, bool))},
     }
 
@@ -66,17 +72,22 @@ class GpuperfSession:
         self._fingerprints: dict[tuple[str, int], dict[str, Any]] = {}
         self._baselines: dict[Path, BaselineFile | None] = {}
         self._references: dict[str, Callable[[], object] | None] = {}
+        self._probes: dict[str, ProbeSet] = {}
         self.verdicts: dict[str, list[Verdict]] = {}
         self.pending_updates: dict[Path, tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]] = {}
         self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
         self.written: list[Path] = []
+        self.update_errors: list[str] = []
         #: Feature modules (profiling, roofline ...) append objects with an ``after_measure`` method.
         self.extensions: list[MeasureExtension] = []
+        #: Reads one baseline file (the reporting feature swaps in a reader of a git ref).
+        self.baseline_loader: Callable[[Path], BaselineFile | None] | None = None
 
     # -- hardware and baselines -------------------------------------------------
-    def fingerprint_for(self, backend: Backend) -> dict[str, Any]:
-        """The backend's fingerprint plus the world size of this process (cached)."""
-        world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    def fingerprint_for(self, backend: Backend, world_size: int | None = None) -> dict[str, Any]:
+        """The backend's fingerprint plus the world size (given, else this process's WORLD_SIZE; cached)."""
+        if world_size is None:
+            world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
         key = (backend.name, world_size)
         if key not in self._fingerprints:
             self._fingerprints[key] = {**backend.fingerprint(), "world_size": world_size}
@@ -90,12 +101,15 @@ class GpuperfSession:
         """The loaded baseline file for ``fingerprint`` (None if absent); errors name file and line."""
         from pytest_gpuperf.baselines import load_baseline_file
 
+        from pytest_gpuperf.baselines import BaselineError
+
         path = self.baseline_path(fingerprint)
         if path not in self._baselines:
-            loaded = load_baseline_file(path)
+            try:
+                loaded = (self.baseline_loader or load_baseline_file)(path)
+            except BaselineError as exc:
+                pytest.fail(f"pytest-gpuperf: {exc}", pytrace=False)
             if loaded is not None and identity(loaded.fingerprint) != identity(fingerprint):
-                from pytest_gpuperf.baselines import BaselineError
-
                 raise BaselineError(
                     path,
                     f"its fingerprint {identity(loaded.fingerprint)} does not match this machine's "
@@ -104,6 +118,15 @@ class GpuperfSession:
                 )
             self._baselines[path] = loaded
         return self._baselines[path]
+
+    def probes_for(self, backend: Backend) -> ProbeSet:
+        """The backend's drift probes (matmul, copy), built and rated once per session."""
+        from pytest_gpuperf.reference import ProbeSet
+
+        probes = self._probes.get(backend.name)
+        if probes is None:
+            probes = self._probes[backend.name] = ProbeSet.for_backend(backend)
+        return probes
 
     def reference_for(self, backend: Backend) -> Callable[[], object] | None:
         """The backend's drift reference workload, built once per session."""
@@ -133,9 +156,9 @@ class GpuperfSession:
         """Judge metrics of one test against the baseline of its hardware."""
         from pytest_gpuperf.compare import judge
 
-        fingerprint = self.fingerprint_for(handle.backend)
+        fingerprint = self.fingerprint_for(handle.backend, getattr(handle, "world_size", None))
         where = describe(fingerprint)
-        baseline = None if self.settings.update else self.baseline_for(fingerprint)
+        baseline = self.baseline_for(fingerprint)  # also under --gpuperf-update: never overwrite a broken file
         entries = (baseline.tests.get(handle.node_id) if baseline else None) or {}
         verdicts = []
         for metric in metrics:
@@ -157,7 +180,7 @@ class GpuperfSession:
         """Keep verdicts for the report and, under ``--gpuperf-update``, the entries to write."""
         self.verdicts.setdefault(handle.node_id, []).extend(verdicts)
         if self.settings.update:
-            fingerprint = self.fingerprint_for(handle.backend)
+            fingerprint = self.fingerprint_for(handle.backend, getattr(handle, "world_size", None))
             path = self.baseline_path(fingerprint)
             _, tests = self.pending_updates.setdefault(path, (fingerprint, {}))
             metrics = tests.setdefault(handle.node_id, {})
@@ -171,9 +194,9 @@ class GpuperfSession:
             lines += [v.message + " (--gpuperf-strict)" for v in self.verdicts.get(node_id, []) if v.status == "new"]
         return lines
 
-    def context_for(self, backend: Backend) -> dict[str, Any]:
+    def context_for(self, backend: Backend, world_size: int | None = None) -> dict[str, Any]:
         """Fingerprint and software differences against the recorded baseline, for reports."""
-        fingerprint = self.fingerprint_for(backend)
+        fingerprint = self.fingerprint_for(backend, world_size)
         baseline = None if self.settings.update else self.baseline_for(fingerprint)
         return {
             "fingerprint": fingerprint,
@@ -194,7 +217,7 @@ class GpuperfSession:
             return
         backend = getattr(item, "_gpuperf_backend", None)
         payload = [verdict_to_dict(v) for v in verdicts]
-        context = self.context_for(backend) if backend is not None else {}
+        context = self.context_for(backend, getattr(item, "_gpuperf_world_size", None)) if backend is not None else {}
         setattr(report, REPORT_ATTR, {"verdicts": payload, **context})
         for verdict in verdicts:
             report.user_properties.append(
@@ -223,11 +246,16 @@ class GpuperfSession:
         """Write the baseline updates of this process (each xdist worker writes its own, under a lock)."""
         if not self.pending_updates:
             return
-        from pytest_gpuperf.baselines import update_baseline_file
+        from pytest_gpuperf.baselines import BaselineError, update_baseline_file
 
         for path, (fingerprint, tests) in sorted(self.pending_updates.items()):
-            update_baseline_file(path, fingerprint, tests)
-            self.written.append(path)
+            try:
+                update_baseline_file(path, fingerprint, tests)
+            except (BaselineError, OSError) as exc:
+                self.update_errors.append(f"pytest-gpuperf: baselines not recorded: {exc}")
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            else:
+                self.written.append(path)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The per-test metric table: baseline, measured, change, verdict."""

@@ -14,7 +14,8 @@ def torch_versions() -> dict[str, Any]:
     """torch's own version, recorded in every torch backend's fingerprint."""
     import torch
 
-    return {"torch": torch.__version__.split("+")[0], "torch_build": torch.__version__}
+    version = str(torch.__version__)
+    return {"torch": version.split("+")[0], "torch_build": version}
 
 
 class TorchBackend(Backend):
