@@ -93,6 +93,9 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context_mark", None)
+        if context is not None and mark is not None and context.line != mark.line:
+            problem += f", {getattr(exc, 'context', 'started')} on line {context.line + 1}"
         raise BaselineError(path, f"not valid YAML ({problem})", line) from exc
     if data is None:
         raise BaselineError(path, "file is empty")
@@ -176,8 +179,8 @@ def _round(value: Any) -> Any:
 def _ordered_entry(entry: dict[str, Any]) -> dict[str, Any]:
     ordered: dict[str, Any] = {}
     for key in METRIC_FIELD_ORDER:
-        if key in entry and entry[key] not in (None, [], {}):
-            value = entry[key]
+        value = _plain(entry.get(key))
+        if value not in (None, [], {}):
             if isinstance(value, list):
                 value = [_round(v) for v in value[:_SAMPLES_KEPT]]
             elif isinstance(value, dict):

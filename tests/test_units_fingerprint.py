@@ -1,0 +1,42 @@
+"""Unit tests of formatting and fingerprint helpers."""
+
+from __future__ import annotations
+
+from pytest_gpuperf.fingerprint import baseline_filename, describe, identity, software_differences
+from pytest_gpuperf.units import format_bytes, format_change, format_rate, format_seconds, format_value
+
+H200 = {
+    "backend": "cuda",
+    "device_name": "NVIDIA H200",
+    "arch": "sm_90",
+    "memory_gib": 140,
+    "world_size": 1,
+    "driver": "13.0",
+    "torch": "2.11.0",
+}
+
+
+def test_bytes_seconds_and_rates_read_naturally() -> None:
+    assert format_bytes(12.4 * 2**30) == "12.40 GiB"
+    assert format_bytes(512) == "512 B"
+    assert format_seconds(0.00123) == "1.23 ms"
+    assert format_seconds(5e-6) == "5 us"
+    assert format_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"
+    assert format_value(3 * 2**20, "B") == "3.00 MiB"
+    assert format_change(1.228) == "+22.8%"
+    assert format_change(0.9) == "-10.0%"
+
+
+def test_baseline_file_name_comes_from_the_identity_fields_only() -> None:
+    assert baseline_filename(H200) == "cuda-nvidia-h200-sm-90-140gib-ws1.yaml"
+    assert baseline_filename({**H200, "driver": "99"}) == baseline_filename(H200)
+    assert baseline_filename({**H200, "device_name": "NVIDIA L4"}) != baseline_filename(H200)
+    assert baseline_filename({**H200, "world_size": 2}).endswith("-ws2.yaml")
+
+
+def test_identity_description_and_software_changes() -> None:
+    assert identity(H200) == {k: H200[k] for k in ("backend", "device_name", "arch", "memory_gib", "world_size")}
+    assert describe(H200) == "NVIDIA H200 sm_90"
+    assert describe({**H200, "world_size": 4}) == "NVIDIA H200 sm_90 (4 ranks)"
+    assert software_differences(H200, {**H200, "torch": "2.12.0"}) == ["torch 2.11.0 -> 2.12.0"]
+    assert software_differences(H200, H200) == []
