@@ -1,1 +1,251 @@
-"""pytest hooks and fixtures of the reporting feature; imported at start-up, so nothing heavy at module level."""
+"""pytest hooks of the reporting feature; imported at start-up, so nothing heavy at module level.
+
+* ``--gpuperf-json PATH``, ``--gpuperf-markdown PATH`` (and ``$GITHUB_STEP_SUMMARY``),
+  ``--gpuperf-plot DIR``: written by the controller at the end of a ``--gpuperf`` run from
+  every test's report (so also from pytest-xdist workers' results);
+* ``--gpuperf-baseline-ref REF``: baselines are read from a git ref, and the report lists
+  the entries the working tree changes against it;
+* pytest-xdist: one GPU per worker (``--gpuperf-worker-gpus``), distributed tests kept off workers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.settings import add_options, get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.reporting.baseline_ref import GitRef
+    from pytest_gpuperf.reporting.records import TestRecord
+
+REPORTING_OPTIONS: list[tuple[str, str, Any, str]] = [
+    ("--gpuperf-json", "str", "", "write every perf test's metrics, baselines and verdicts to this JSON file (PATH)"),
+    (
+        "--gpuperf-markdown",
+        "str",
+        "",
+        "write a Markdown PR summary to this file (PATH); also appended to $GITHUB_STEP_SUMMARY when that is set",
+    ),
+    ("--gpuperf-no-step-summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
+    ("--gpuperf-plot", "str", "", "write one roofline PNG per device into this folder (DIR; needs matplotlib)"),
+    (
+        "--gpuperf-baseline-ref",
+        "str",
+        "",
+        "read baselines from this git ref (e.g. origin/main) instead of the "
+        "working tree, and report the baseline entries the working tree changes against it",
+    ),
+    (
+        "--gpuperf-worker-gpus",
+        "str",
+        "auto",
+        "GPUs shared out to pytest-xdist workers, one per worker: auto "
+        "(CUDA_VISIBLE_DEVICES or nvidia-smi), a list like 0,1,2,3, or off",
+    ),
+]
+
+COLLECTOR_NAME = "gpuperf-reporting"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the reporting flags and their ini twins."""
+    add_options(parser, REPORTING_OPTIONS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """In a pytest-xdist worker, pin CUDA_VISIBLE_DEVICES before conftests and test modules import torch."""
+    from pytest_gpuperf.reporting.xdist_gpus import ENV_GPUS, pin_worker
+
+    if os.environ.get(ENV_GPUS) and os.environ.get("PYTEST_XDIST_WORKER"):
+        pin_worker()
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--gpuperf``: use the git ref's baselines, share GPUs out to workers, collect results."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    ref = None
+    ref_name = get_option(config, "--gpuperf-baseline-ref")
+    if ref_name:
+        from pytest_gpuperf.reporting.baseline_ref import GitRef, GitRefError
+
+        try:
+            ref = GitRef.resolve(ref_name, session.settings.baselines_dir)
+        except GitRefError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        session.baseline_loader = ref.loader()
+    if _is_worker(config):
+        from pytest_gpuperf.reporting.xdist_gpus import cuda_already_initialised, pin_worker
+
+        gpu = pin_worker()
+        if gpu is not None and cuda_already_initialised():
+            raise pytest.UsageError(
+                f"pytest-gpuperf: xdist worker {os.environ.get('PYTEST_XDIST_WORKER')} should run on GPU {gpu}, "
+                "but CUDA was initialised before pytest-gpuperf could set CUDA_VISIBLE_DEVICES (a conftest or plugin "
+                "touched torch.cuda at import); move that CUDA call into a fixture"
+            )
+        return
+    collector = ReportCollector(config, ref)
+    config.pluginmanager.register(collector, COLLECTOR_NAME)
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 0:
+        collector.share_gpus(workers)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker under ``--gpuperf``, skip distributed perf tests (they need every GPU)."""
+    if not _is_worker(config) or config.stash.get(SESSION_KEY, None) is None:
+        return
+    from pytest_gpuperf.reporting.xdist_gpus import DISTRIBUTED_MARKER, DISTRIBUTED_SKIP
+
+    for item in items:
+        if item.get_closest_marker(DISTRIBUTED_MARKER) is not None:
+            item.add_marker(pytest.mark.skip(reason=DISTRIBUTED_SKIP))
+
+
+class ReportCollector:
+    """Collects perf results from reports (its own and xdist workers') and writes the reports at the end."""
+
+    def __init__(self, config: pytest.Config, ref: GitRef | None) -> None:
+        self.config = config
+        self.ref = ref
+        self.records: dict[str, TestRecord] = {}
+        self.lines: list[str] = []
+        self.baseline_ref: dict[str, Any] | None = None
+        self._env_set: str | None = None
+
+    def share_gpus(self, workers: int) -> None:
+        """Tell the workers (through the environment they inherit) which GPUs to take, one each."""
+        from pytest_gpuperf.reporting.xdist_gpus import ENV_GPUS, parse_gpu_setting, sharing_warning
+
+        if ENV_GPUS in os.environ:
+            gpus = [g for g in os.environ[ENV_GPUS].split(",") if g]
+        else:
+            gpus = parse_gpu_setting(get_option(self.config, "--gpuperf-worker-gpus"))
+            if gpus:
+                os.environ[ENV_GPUS] = ",".join(gpus)
+                self._env_set = ENV_GPUS
+        if gpus:
+            self.lines.append(
+                f"xdist: {workers} worker(s), GPUs {','.join(gpus)} (worker gwN uses GPU N mod {len(gpus)})"
+            )
+        warning = sharing_warning(workers, gpus)
+        if warning:
+            self.lines.append(warning)
+
+    def pytest_unconfigure(self) -> None:
+        """Take the GPU list out of the environment again."""
+        if self._env_set:
+            os.environ.pop(self._env_set, None)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep the call-phase outcome and the ``report.gpuperf`` payload of every perf test."""
+        from pytest_gpuperf.session import REPORT_ATTR
+
+        data = getattr(report, REPORT_ATTR, None)
+        if report.when == "call" and data:
+            from pytest_gpuperf.reporting.records import TestRecord
+
+            self.records[report.nodeid] = TestRecord(report.nodeid, report.outcome, float(report.duration), data)
+
+    def _path(self, flag: str) -> Path | None:
+        value = get_option(self.config, flag)
+        if not value:
+            return None
+        path = Path(os.path.expandvars(os.path.expanduser(value)))
+        return path if path.is_absolute() else self.config.invocation_params.dir / path
+
+    def _display(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.config.invocation_params.dir).as_posix()
+        except ValueError:
+            return str(path)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write the plots, the JSON and the Markdown (in that order: later ones link the earlier)."""
+        from pytest_gpuperf.reporting.json_report import build_report, write_json
+
+        records = list(self.records.values())
+        root = self.config.rootpath
+        gp_session = self.config.stash.get(SESSION_KEY, None)
+        if self.ref is not None and gp_session is not None:
+            from pytest_gpuperf.reporting.baseline_ref import diff_against_ref
+
+            changes = [c.as_dict() for c in diff_against_ref(self.ref, gp_session.settings.baselines_dir)]
+            self.baseline_ref = {"ref": self.ref.ref, "commit": self.ref.commit, "changes": changes}
+        json_path, md_path, plot_dir = (
+            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "--gpuperf-plot")
+        )
+        artifacts: dict[str, Any] = {}
+        if plot_dir is not None:
+            artifacts["plots"] = self._write_plots(records, plot_dir, root)
+        if json_path is not None:
+            artifacts["json"] = self._display(json_path)
+        if md_path is not None:
+            artifacts["markdown"] = self._display(md_path)
+        junit = getattr(self.config.option, "xmlpath", None)
+        if junit:
+            artifacts["junitxml"] = str(junit)
+        update = bool(gp_session and gp_session.settings.update)
+        document = build_report(records, root, self.baseline_ref, artifacts, update)
+        if json_path is not None:
+            write_json(json_path, document)
+            self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
+        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if get_option(self.config, "--gpuperf-no-step-summary"):
+            summary_path = None
+        if md_path is None and not summary_path:
+            return
+        from pytest_gpuperf.reporting.markdown import render_markdown
+
+        text = render_markdown(document, records)
+        if md_path is not None:
+            md_path.parent.mkdir(parents=True, exist_ok=True)
+            md_path.write_text(text, encoding="utf-8")
+            self.lines.append(f"Markdown summary: {self._display(md_path)}")
+        if summary_path:
+            with open(summary_path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+            self.lines.append(f"Markdown summary appended to $GITHUB_STEP_SUMMARY ({summary_path})")
+
+    def _write_plots(self, records: list[TestRecord], directory: Path, root: Path) -> list[str]:
+        from pytest_gpuperf.reporting.plot import PlotUnavailable, write_rooflines
+
+        commit = os.environ.get("GITHUB_SHA", "")[:12]
+        label = f"{len(records)} perf tests" + (f", commit {commit}" if commit else "")
+        try:
+            written, notes = write_rooflines(records, directory, root, label)
+        except PlotUnavailable as exc:
+            self.lines.append(f"--gpuperf-plot {self._display(directory)}: {exc}")
+            return []
+        self.lines += notes
+        self.lines += [f"roofline plot: {self._display(p)}" for p in written]
+        return [self._display(p) for p in written]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Name the files written, and list the baseline entries changed against the ref."""
+        if self.baseline_ref is not None:
+            changes = self.baseline_ref["changes"]
+            terminalreporter.write_sep("-", f"gpuperf baseline changes against {self.baseline_ref['ref']}")
+            if not changes:
+                terminalreporter.write_line("none: the working tree's baselines equal the ref's")
+            for change in changes:
+                where = " ".join(str(x) for x in (change["test"], change["metric"]) if x)
+                flag = "  [LOOSENS THE GATE]" if change["loosens"] else ""
+                terminalreporter.write_line(f"{change['file']}: {change['change']} {where}: {change['detail']}{flag}")
+        if self.lines:
+            terminalreporter.write_sep("-", "gpuperf reports")
+            for line in self.lines:
+                terminalreporter.write_line(line)

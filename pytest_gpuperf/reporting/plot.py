@@ -1,0 +1,245 @@
+"""``--gpuperf-plot DIR``: one roofline PNG per run and device (matplotlib, the optional extra ``plot``).
+
+Each timed step with known FLOPs and bytes is a point at (arithmetic intensity,
+achieved FLOP/s), drawn under the device's *measured* roofs. Where the numbers come from,
+first found wins:
+
+* intensity: the step's ``<step>.arithmetic_intensity`` metric (profiling feature), else
+  ``arithmetic_intensity`` in its metrics' extras, else ``flop_rate / bandwidth`` (the
+  core's info metrics from ``measure(flops=, bytes_moved=)``);
+* achieved FLOP/s: ``<step>.flop_rate``, else ``flops / seconds`` from the extras, else
+  intensity x ``<step>.bandwidth``;
+* roofs: ``peak_flops`` / ``peak_bandwidth`` in the extras (the profiling feature's
+  roofline verdict carries them), else the profiling feature's roof cache
+  ``.gpuperf/roofs.json``; without either the points are drawn without roofs.
+
+Regressed steps are red crosses, improved ones green, the rest blue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.reporting.records import TestRecord, device_key, split_metric, worst_status
+
+INSTALL_HINT = "the roofline plot needs matplotlib: pip install 'pytest-gpuperf[plot]' (or pip install matplotlib)"
+
+
+class PlotUnavailable(Exception):
+    """matplotlib is not installed."""
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One step of one test under the roofs."""
+
+    nodeid: str
+    step: str
+    intensity: float
+    flop_rate: float
+    status: str
+    bound: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Short label: the test name (without the file) and the step unless it is ``step``."""
+        name = self.nodeid.rpartition("::")[2]
+        return name if self.step in ("", "step") else f"{name}:{self.step}"
+
+
+@dataclass
+class DeviceRoofs:
+    """Measured peaks of one device: compute per dtype class, and bandwidth."""
+
+    compute: dict[str, float] = field(default_factory=dict)
+    bandwidth: float | None = None
+
+    def add(self, extra: dict[str, Any]) -> None:
+        """Take ``peak_flops`` / ``peak_bandwidth`` (and ``dtype_class``) from a metric's extras."""
+        if isinstance(extra.get("peak_flops"), (int, float)) and extra["peak_flops"] > 0:
+            cls = str(extra.get("dtype_class") or extra.get("dtype") or "compute")
+            self.compute[cls] = max(self.compute.get(cls, 0.0), float(extra["peak_flops"]))
+        if isinstance(extra.get("peak_bandwidth"), (int, float)) and extra["peak_bandwidth"] > 0:
+            self.bandwidth = max(self.bandwidth or 0.0, float(extra["peak_bandwidth"]))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+def step_points(record: TestRecord, roofs: DeviceRoofs) -> list[RooflinePoint]:
+    """The roofline points of one test's steps (and the roofs their extras carry, added to ``roofs``)."""
+    steps: dict[str, dict[str, dict[str, Any]]] = {}
+    for verdict in record.verdicts:
+        step, metric = split_metric(verdict["metric"])
+        steps.setdefault(step, {})[metric] = verdict
+    points = []
+    for step, metrics in steps.items():
+        extras: dict[str, Any] = {}
+        for verdict in metrics.values():
+            extra = verdict.get("extra") or {}
+            roofs.add(extra)
+            extras.update({k: v for k, v in extra.items() if k not in extras})
+        value = {name: _number(v.get("value")) for name, v in metrics.items()}
+        flop_rate, bandwidth = value.get("flop_rate"), value.get("bandwidth")
+        intensity = value.get("arithmetic_intensity") or _number(extras.get("arithmetic_intensity"))
+        if intensity is None and flop_rate and bandwidth:
+            intensity = flop_rate / bandwidth
+        if flop_rate is None and _number(extras.get("flops")) and _number(extras.get("seconds")):
+            flop_rate = float(extras["flops"]) / float(extras["seconds"])
+        if flop_rate is None and intensity and bandwidth:
+            flop_rate = intensity * bandwidth
+        if not intensity or not flop_rate:
+            continue
+        status = worst_status(v["status"] for v in metrics.values())
+        bound = metrics.get("bound", {}).get("value")
+        points.append(RooflinePoint(record.nodeid, step, intensity, flop_rate, status, bound))
+    return points
+
+
+def cached_roofs(root: Path, fingerprint: dict[str, Any], roofs: DeviceRoofs) -> None:
+    """Add the profiling feature's cached measured roofs for ``fingerprint`` (``.gpuperf/roofs.json``)."""
+    try:
+        from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, cache_key
+    except ImportError:
+        return
+    entry = RoofCache(root / CACHE_NAME).load().get(cache_key(fingerprint))
+    if not isinstance(entry, dict):
+        return
+    bandwidth = (entry.get("bandwidth") or {}).get("peak_bandwidth")
+    if roofs.bandwidth is None and _number(bandwidth):
+        roofs.bandwidth = float(bandwidth)
+    for cls, measured in (entry.get("compute") or {}).items():
+        peak = _number((measured or {}).get("peak_flops"))
+        if peak and cls not in roofs.compute:
+            roofs.compute[cls] = peak
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+STYLE = {
+    "regression": {"color": "#d62728", "marker": "X", "s": 170, "label": "regression"},
+    "changed": {"color": "#d62728", "marker": "X", "s": 170, "label": "bound changed"},
+    "improvement": {"color": "#2ca02c", "marker": "^", "s": 110, "label": "improved"},
+    "new": {"color": "#7f7f7f", "marker": "o", "s": 80, "label": "no baseline"},
+}
+DEFAULT_STYLE = {"color": "#1f77b4", "marker": "o", "s": 80, "label": "unchanged"}
+
+
+def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: DeviceRoofs, subtitle: str = "") -> Path:
+    """Draw one device's roofline PNG at ``path``; raises :class:`PlotUnavailable` without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailable(INSTALL_HINT) from exc
+
+    ridges = [p / roofs.bandwidth for p in roofs.compute.values()] if roofs.bandwidth else []
+    xs = [p.intensity for p in points] + ridges
+    ys = [p.flop_rate for p in points] + list(roofs.compute.values())
+    x_lo, x_hi = min(xs) / 8, max(xs) * 8
+    y_lo, y_hi = min(ys) / 8, max(ys) * 3
+    fig, ax = plt.subplots(figsize=(11, 7), dpi=110)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+    palette = ["#444444", "#8c564b", "#9467bd", "#17becf"]
+    if roofs.bandwidth:
+        ax.plot(grid, [x * roofs.bandwidth for x in grid], color="#444444", lw=1, ls=":", alpha=0.6)
+        ax.text(
+            x_lo * 1.3,
+            x_lo * 1.3 * roofs.bandwidth * 1.25,
+            f"memory roof {_si(roofs.bandwidth, 'B/s')}",
+            fontsize=9,
+            color="#444444",
+        )
+    for i, (cls, peak) in enumerate(sorted(roofs.compute.items(), key=lambda kv: -kv[1])):
+        color = palette[i % len(palette)]
+        roof = [min(peak, x * roofs.bandwidth) if roofs.bandwidth else peak for x in grid]
+        ax.plot(grid, roof, color=color, lw=2.2, label=f"measured roof {cls}: {_si(peak, 'FLOP/s')}")
+        if roofs.bandwidth:
+            ridge = peak / roofs.bandwidth
+            ax.axvline(ridge, color=color, lw=0.8, ls="--", alpha=0.5)
+            ax.text(ridge * 1.08, y_lo * 1.6, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color=color, rotation=90)
+    seen_labels: set[str] = set()
+    for point in sorted(points, key=lambda p: p.status == "regression"):
+        style = STYLE.get(point.status, DEFAULT_STYLE)
+        label = style["label"] if style["label"] not in seen_labels else None
+        seen_labels.add(style["label"])
+        ax.scatter(
+            [point.intensity],
+            [point.flop_rate],
+            c=style["color"],
+            marker=style["marker"],
+            s=style["s"],
+            edgecolors="black",
+            linewidths=0.6,
+            zorder=5,
+            label=label,
+        )
+        text = point.label + (f"\n{point.bound}" if point.bound else "")
+        ax.annotate(
+            text,
+            (point.intensity, point.flop_rate),
+            xytext=(8, 6),
+            textcoords="offset points",
+            fontsize=8.5,
+            color="#b00000" if point.status in ("regression", "changed") else "#222222",
+            fontweight="bold" if point.status in ("regression", "changed") else "normal",
+        )
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=11)
+    ax.set_ylabel("achieved throughput (FLOP/s)", fontsize=11)
+    ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=12)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.grid(True, which="minor", alpha=0.08)
+    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_rooflines(
+    records: list[TestRecord], directory: Path, root: Path, run_label: str
+) -> tuple[list[Path], list[str]]:
+    """One PNG per device under ``directory``; returns the files and notes (devices with nothing to plot)."""
+    from pytest_gpuperf.fingerprint import describe
+
+    by_device: dict[str, list[TestRecord]] = {}
+    for record in records:
+        if record.fingerprint:
+            by_device.setdefault(device_key(record.fingerprint), []).append(record)
+    written: list[Path] = []
+    notes: list[str] = []
+    for key, group in sorted(by_device.items()):
+        roofs = DeviceRoofs()
+        points = [p for r in group for p in step_points(r, roofs)]
+        fingerprint = group[0].fingerprint
+        cached_roofs(root, fingerprint, roofs)
+        if not points:
+            notes.append(
+                f"roofline {key}: no step reports both FLOPs and bytes; pass measure(flops=..., bytes_moved=...) "
+                "or enable the profiling feature"
+            )
+            continue
+        subtitle = run_label
+        if not roofs.compute:
+            subtitle += " - roofs not measured yet (the profiling feature measures them)"
+        title = f"Roofline: {describe(fingerprint)} ({fingerprint.get('backend', '?')})"
+        written.append(draw_roofline(directory / f"roofline-{key}.png", title, points, roofs, subtitle))
+    return written, notes

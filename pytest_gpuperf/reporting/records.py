@@ -1,0 +1,62 @@
+"""What the reporting feature keeps of each perf test: its outcome and the ``report.gpuperf`` payload.
+
+Filled from test reports (also those that xdist workers send back to the controller),
+so the JSON, Markdown and plot writers see every worker's results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Order of test statuses in reports: what a reviewer must look at first comes first.
+STATUS_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded", "info")
+
+
+@dataclass
+class TestRecord:
+    """One perf test's call-phase outcome and the verdicts the session attached to its report."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    outcome: str
+    duration: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """The verdict dicts of this test (see ``session.verdict_to_dict``)."""
+        return list(self.data.get("verdicts", []))
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The hardware fingerprint the test ran on."""
+        return dict(self.data.get("fingerprint", {}))
+
+    @property
+    def status(self) -> str:
+        """The test's overall status: its worst verdict in :data:`STATUS_ORDER` (``info`` when none judged)."""
+        return worst_status(v["status"] for v in self.verdicts)
+
+
+def worst_status(statuses: Any) -> str:
+    """The first of ``statuses`` in :data:`STATUS_ORDER` (``info`` for none)."""
+    present = set(statuses)
+    for status in STATUS_ORDER:
+        if status in present:
+            return status
+    return "info"
+
+
+def device_key(fingerprint: dict[str, Any]) -> str:
+    """A file-name-safe key of a fingerprint's identity (the baseline file's stem)."""
+    from pytest_gpuperf.fingerprint import baseline_filename
+
+    return baseline_filename(fingerprint).removesuffix(".yaml")
+
+
+def split_metric(name: str) -> tuple[str, str]:
+    """``prefill.time`` -> (``prefill``, ``time``); ``latency`` -> (``""``, ``latency``)."""
+    step, _, metric = name.rpartition(".")
+    return step, metric
