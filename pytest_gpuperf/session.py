@@ -220,9 +220,10 @@ class GpuperfSession:
         context = self.context_for(backend, getattr(item, "_gpuperf_world_size", None)) if backend is not None else {}
         setattr(report, REPORT_ATTR, {"verdicts": payload, **context})
         for verdict in verdicts:
-            report.user_properties.append(
-                (f"gpuperf.{verdict.metric.name}", f"{verdict.metric.value} {verdict.metric.unit} [{verdict.status}]")
-            )
+            value = f"{verdict.metric.value} {verdict.metric.unit}".strip()
+            prop = (f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]")
+            report.user_properties.append(prop)
+            item.user_properties.append(prop)  # junitxml writes the teardown report's, which copies the item's
         from pytest_gpuperf.report import metric_section
 
         report.sections.append(("gpuperf metrics", metric_section(payload)))
