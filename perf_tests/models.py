@@ -96,3 +96,23 @@ def train_step_fn(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: to
         return loss.detach()
 
     return step
+
+
+def fully_shard_minillm(model: MiniLLM, mesh: object, param_dtype: torch.dtype | None = None) -> MiniLLM:
+    """FSDP2 as in the seed: ``fully_shard`` every block, then the root, on ``mesh``.
+
+    With ``param_dtype`` (bf16 on CUDA) parameters are all-gathered in that dtype and
+    gradients reduced in fp32 (``MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32)``).
+    """
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs: dict[str, object] = {"mesh": mesh}
+    if param_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
