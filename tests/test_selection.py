@@ -1,0 +1,100 @@
+"""Per-backend markers and ``--gpuperf-backend``: parametrized ids, skip reasons, usage errors, ``--markers``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuperf.selection import BackendParam, plan_backends
+
+MULTI_BACKEND_TEST = """
+import pytest
+
+@pytest.mark.gpuperf_backends("vulkan", "mps", "cpu")
+def test_kernel(gpuperf):
+    assert gpuperf.backend_name in ("vulkan", "mps", "cpu")
+"""
+
+
+def test_marked_test_runs_once_per_available_backend_with_the_backend_in_its_id(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MULTI_BACKEND_TEST)
+    result = pytester.runpytest("-v", "-rs", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(
+        [
+            "*test_kernel[[]vulkan[]] PASSED*",
+            "*test_kernel[[]mps[]] SKIPPED*",
+            "*test_kernel[[]cpu[]] PASSED*",
+            "*SKIPPED*mps backend not available: torch * was built without MPS*",
+        ]
+    )
+    result.assert_outcomes(passed=2, skipped=1)
+
+
+def test_gpuperf_backend_narrows_the_selection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MULTI_BACKEND_TEST)
+    result = pytester.runpytest("-v", "--gpuperf-backend", "vulkan", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_kernel[[]vulkan[]] PASSED*"])
+    result.assert_outcomes(passed=1)
+
+
+def test_a_test_that_supports_none_of_the_selected_backends_is_skipped_saying_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpuperf_backends("vulkan")
+        def test_wgsl(gpuperf):
+            pass
+        """
+    )
+    result = pytester.runpytest("-rs", "--gpuperf-backend", "cpu", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*SKIPPED*test supports vulkan; --gpuperf-backend selected cpu*"])
+    result.assert_outcomes(skipped=1)
+
+
+def test_unknown_backend_on_the_command_line_is_a_usage_error_listing_the_backends(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(MULTI_BACKEND_TEST)
+    result = pytester.runpytest("--gpuperf-backend", "nosuch", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--gpuperf-backend: unknown backend 'nosuch'; known backends: cuda, mps, vulkan, cpu*"]
+    )
+
+
+def test_unknown_backend_in_the_marker_is_a_usage_error_naming_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpuperf_backends("vulkan", "opencl")
+        def test_kernel(gpuperf):
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["*test_kernel: @pytest.mark.gpuperf_backends names unknown backend(s) [[]'opencl'[]]; known backends: *"]
+    )
+
+
+def test_markers_are_documented_in_pytest_markers(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.gpuperf(*): perf-test settings for pytest-gpuperf*",
+            "@pytest.mark.gpuperf_backends(*names): backends this perf test supports*skipped with the reason*",
+        ]
+    )
+
+
+def test_plan_for_an_unmarked_test_drops_absent_torch_backends_silently() -> None:
+    plan = plan_backends(None, [])
+    assert BackendParam("cpu") in plan
+    assert all(p.skip_reason is None for p in plan)
+    assert "vulkan" not in [p.name for p in plan]  # not a torch backend: only for tests that declare it
+
+
+def test_plan_for_a_marked_test_keeps_absent_backends_as_skips_with_the_reason() -> None:
+    plan = {p.name: p for p in plan_backends(("cuda", "vulkan"), [])}
+    assert plan["vulkan"].skip_reason is None
+    assert plan["cuda"].skip_reason is not None and "cuda backend not available" in plan["cuda"].skip_reason
