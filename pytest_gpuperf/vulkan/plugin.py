@@ -65,6 +65,16 @@ def _select_device(spec: str) -> None:
     forget_availability("vulkan")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Return the vulkan backend to its default adapter (in-process runs share the backend instance)."""
+    if str(get_option(config, "--gpuperf-vulkan-device") or "").strip():
+        from pytest_gpuperf.backends import get_backend
+        from pytest_gpuperf.selection import forget_availability
+
+        get_backend("vulkan").select("")  # type: ignore[attr-defined]
+        forget_availability("vulkan")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``--gpuperf-vulkan-adapters``: print the adapters and their fingerprint fields, then exit."""

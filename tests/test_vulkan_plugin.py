@@ -1,0 +1,91 @@
+"""``--gpuperf-vulkan-device`` and ``--gpuperf-vulkan-adapters``, and a perf run on lavapipe end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuperf.vulkan.adapters import AdapterInfo, AdapterSelectionError, select_adapter
+
+pytest.importorskip("wgpu", reason="the vulkan backend needs wgpu (pip install 'pytest-gpuperf[vulkan]')")
+
+WGSL_PERF_TEST = """
+import numpy as np
+import pytest
+from pytest_gpuperf.vulkan import kernels
+
+@pytest.mark.gpuperf_backends("vulkan")
+def test_saxpy(gpuperf):
+    device = gpuperf.device
+    n = 1 << 16
+    x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    out = device.empty(n)
+    step = kernels.saxpy(device, 2.0, device.buffer(x), device.buffer(x), out)
+    gpuperf.measure(step, name="saxpy", items=n, flops=2.0 * n, bytes_moved=12.0 * n)
+    np.testing.assert_allclose(out.read(), 3.0 * x, rtol=1e-6)
+"""
+
+
+def _info(index: int, name: str, device_type: str) -> AdapterInfo:
+    return AdapterInfo(index, name, "", 0, 0, device_type, "", "Vulkan", True, frozenset())
+
+
+ADAPTERS = [_info(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "CPU"), _info(1, "NVIDIA H200", "DiscreteGPU")]
+
+
+def test_adapter_is_selected_by_index_type_or_name_and_defaults_to_the_most_gpu_like() -> None:
+    assert select_adapter(ADAPTERS, "").name == "NVIDIA H200"
+    assert select_adapter(ADAPTERS, "0").name.startswith("llvmpipe")
+    assert select_adapter(ADAPTERS, "cpu").index == 0
+    assert select_adapter(ADAPTERS, "discretegpu").index == 1
+    assert select_adapter(ADAPTERS, "h200").index == 1
+
+
+def test_an_adapter_spec_matching_nothing_lists_the_adapters() -> None:
+    with pytest.raises(AdapterSelectionError, match=r"'radeon' matches no adapter.*1: NVIDIA H200 \| Vulkan"):
+        select_adapter(ADAPTERS, "radeon")
+    with pytest.raises(AdapterSelectionError, match="no adapter with that index"):
+        select_adapter(ADAPTERS, "7")
+
+
+def test_vulkan_device_option_selects_the_adapter_by_type(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpuperf_backends("vulkan")
+        def test_adapter(gpuperf):
+            assert gpuperf.device.device_type == "CPU"
+        """
+    )
+    result = pytester.runpytest("--gpuperf-vulkan-device", "CPU", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_vulkan_device_option_from_the_ini_file_that_matches_nothing_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\ngpuperf_vulkan_device = nosuchgpu\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpuperf-vulkan-device 'nosuchgpu' matches no adapter*adapters: 0: *| Vulkan |*"])
+
+
+def test_adapters_listing_prints_every_adapter_with_cooperative_matrix_support(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--gpuperf-vulkan-adapters", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["0: * | Vulkan | * | driver * | VK_KHR_cooperative_matrix: *"])
+
+
+def test_perf_run_on_vulkan_records_then_compares_throughput_memory_and_bound(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(WGSL_PERF_TEST)
+    recorded = pytester.runpytest("--gpuperf-update", "--gpuperf-backend", "vulkan", *fast_args)
+    recorded.assert_outcomes(passed=1)
+    baseline = next((pytester.path / "baselines").glob("vulkan-*.yaml")).read_text()
+    for expected in ("saxpy.throughput", "saxpy.peak_memory", "saxpy.bound", "cooperative_matrix", "timer"):
+        assert expected in baseline
+    compared = pytester.runpytest("--gpuperf", "--gpuperf-backend", "vulkan", "-rA", *fast_args)
+    compared.assert_outcomes(passed=1)
+    compared.stdout.fnmatch_lines(["*saxpy: bound*memory*memory*"])
