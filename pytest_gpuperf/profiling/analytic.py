@@ -24,6 +24,12 @@ compute share ``FLOPs / t / P`` and the bandwidth share ``bytes / t / W``. A ste
 The 30% default is half of ncu's 60% rule because the counted FLOPs and bytes are
 lower bounds of the work the hardware really does (ops FlopCounterMode does not count,
 re-reads the byte count does not see), so the analytic share understates utilisation.
+
+**Hysteresis**: timing noise must not flip a category that fails the test when it
+changes. When the baseline holds another class and the step sits within
+:data:`HYSTERESIS` (25%) of the boundary between the two classes (the latency
+threshold for latency vs the others, the ridge point for compute vs memory), the
+baseline's class is kept and the verdict says so; past the band the change is real.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 from pytest_gpuperf.profiling.verdict import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND
 
 DEFAULT_LATENCY_SHARE = 0.3
+HYSTERESIS = 0.25
 
 
 @dataclass
@@ -59,6 +66,24 @@ def _tensor_bytes(tensor: Any) -> int:
         return size
 
 
+def _storage_ptr(tensor: Any) -> int | None:
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _is_alias(func: Any, inputs: list[Any], outputs: list[Any]) -> bool:
+    """A view (``t``, ``expand``) or a non-mutating op returning its input's storage (``_unsafe_view``): no traffic."""
+    if getattr(func, "is_view", False):
+        return True
+    schema = getattr(func, "_schema", None)
+    if schema is None or schema.is_mutable or not outputs:
+        return False
+    sources = {_storage_ptr(t) for t in inputs} - {None, 0}
+    return all(_storage_ptr(t) in sources for t in outputs)
+
+
 def _make_byte_counter() -> Any:
     """A ``TorchDispatchMode`` that sums operand bytes per op (built lazily: torch is heavy)."""
     import torch
@@ -75,13 +100,13 @@ def _make_byte_counter() -> Any:
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            if getattr(func, "is_view", False):
+            inputs = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            if _is_alias(func, inputs, outputs):
                 return out
             self.ops += 1
             seen: set[int] = set()
             total = 0
-            inputs = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             for tensor in inputs + outputs:
                 if id(tensor) in seen:
                     continue
@@ -131,6 +156,7 @@ class Roofline:
     peak_flops: float
     peak_bandwidth: float
     latency_share: float
+    kept_from_baseline: bool = False
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -177,6 +203,7 @@ class Roofline:
             f"({self.compute_share:.0%}), {self.achieved_bandwidth / 1e9:.3g} GB/s of "
             f"{self.peak_bandwidth / 1e9:.3g} measured ({self.bandwidth_share:.0%}); roof share "
             f"{self.roof_share:.0%} (latency-bound below {self.latency_share:.0%})"
+            + ("; within 25% of the boundary, so the baseline's class is kept" if self.kept_from_baseline else "")
         )
 
     def as_extra(self) -> dict[str, float | str]:
@@ -203,8 +230,13 @@ def roofline(
     peak_flops: float,
     peak_bandwidth: float,
     latency_share: float = DEFAULT_LATENCY_SHARE,
+    baseline_bound: str | None = None,
 ) -> Roofline:
-    """Classify a step from its FLOPs, bytes and time against measured peaks (see the module docstring)."""
+    """Classify a step from its FLOPs, bytes and time against measured peaks (see the module docstring).
+
+    ``baseline_bound`` (the class the baseline holds) is kept when the step is within
+    the hysteresis band of the boundary between it and the new class.
+    """
     if peak_flops <= 0 or peak_bandwidth <= 0:
         raise ValueError(f"measured peaks must be positive, got {peak_flops} FLOP/s and {peak_bandwidth} B/s")
     probe = Roofline(LATENCY_BOUND, flops, bytes_moved, seconds, peak_flops, peak_bandwidth, latency_share)
@@ -214,4 +246,20 @@ def roofline(
         bound = COMPUTE_BOUND
     else:
         bound = MEMORY_BOUND
-    return Roofline(bound, flops, bytes_moved, seconds, peak_flops, peak_bandwidth, latency_share)
+    kept = baseline_bound not in (None, bound) and _near_boundary(probe, bound, str(baseline_bound))
+    if kept:
+        bound = str(baseline_bound)
+    return Roofline(bound, flops, bytes_moved, seconds, peak_flops, peak_bandwidth, latency_share, kept)
+
+
+def _within(value: float, boundary: float) -> bool:
+    return boundary / (1.0 + HYSTERESIS) <= value <= boundary * (1.0 + HYSTERESIS)
+
+
+def _near_boundary(probe: Roofline, bound: str, baseline_bound: str) -> bool:
+    """True when the step is close enough to the boundary between ``bound`` and ``baseline_bound`` to be noise."""
+    if baseline_bound not in (COMPUTE_BOUND, MEMORY_BOUND, LATENCY_BOUND):
+        return False
+    if LATENCY_BOUND in (bound, baseline_bound):
+        return _within(probe.roof_share, probe.latency_share)
+    return _within(probe.arithmetic_intensity, probe.ridge_point)

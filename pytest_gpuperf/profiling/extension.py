@@ -120,6 +120,7 @@ class ProfilingExtension:
             roofs.peak_flops,
             roofs.peak_bandwidth,
             self.settings.latency_share,
+            self._baseline_value(context, f"{context.name}.bound"),
         )
         extra = {
             **line.as_extra(),
@@ -128,6 +129,7 @@ class ProfilingExtension:
             "dtype_class": roofs.dtype_class,
             "roofs": roofs.cache_key,
             "explain": line.explain(),
+            "kept_from_baseline": line.kept_from_baseline,
         }
         record.verdicts.append(f"analytic {line.explain()} [{count.flops_source}; {count.bytes_source}]")
         name = context.name
@@ -144,6 +146,15 @@ class ProfilingExtension:
             ),
             Metric(f"{name}.roof_share", line.roof_share, "", "higher", KIND_CUSTOM, judged=False, extra=extra),
         ]
+
+    def _baseline_value(self, context: MeasureContext, metric: str) -> str | None:
+        """The class the baseline holds for ``metric`` (None under ``--gpuperf-update`` or without one)."""
+        if self.session.settings.update:
+            return None
+        baseline = self.session.baseline_for(self.session.fingerprint_for(context.handle.backend))
+        entry = (baseline.tests.get(context.handle.node_id) or {}).get(metric) if baseline else None
+        value = entry.get("value") if isinstance(entry, dict) else None
+        return value if isinstance(value, str) else None
 
     # -- torch.profiler -------------------------------------------------------------
     def _artifact(self, context: MeasureContext, occurrence: int, suffix: str) -> Path:

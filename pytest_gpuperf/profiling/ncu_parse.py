@@ -22,6 +22,8 @@ SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 DURATION = "gpu__time_duration.sum"
+#: Same number as DRAM_PCT in captures made with ``--section SpeedOfLight`` rather than ``--metrics``.
+DRAM_PCT_FALLBACK = "dram__cycles_active.avg.pct_of_peak_sustained_elapsed"
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 SOL_METRICS: tuple[str, ...] = (
@@ -36,6 +38,7 @@ SOL_METRICS: tuple[str, ...] = (
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
 )
+_READ = (*SOL_METRICS, DRAM_PCT_FALLBACK)
 
 #: Details-page (section, metric) names of the Speed-of-Light section.
 _DETAILS = {
@@ -155,7 +158,7 @@ def parse_raw(text: str, source: str = "ncu output") -> list[KernelRecord]:
         if len(row) < len(header):
             continue
         metrics: dict[str, float] = {}
-        for name in SOL_METRICS:
+        for name in _READ:
             if name in column:
                 value = parse_number(row[column[name]])
                 if value is not None:
@@ -176,8 +179,9 @@ def parse_details(text: str, source: str = "ncu output") -> list[KernelRecord]:
         if needed not in column:
             raise NcuParseError(f"{source}: details page lacks column {needed!r}; capture with --page details")
     by_id: dict[str, tuple[list[str], dict[str, float]]] = {}
+    width = column["Metric Value"] + 1  # rows without rule results stop after the metric value
     for row in rows[start + 1 :]:
-        if len(row) < len(header):
+        if len(row) < width:
             continue
         key = (row[column["Section Name"]], row[column["Metric Name"]])
         entry = by_id.setdefault(row[column["ID"]], (row, {}))
@@ -201,7 +205,7 @@ def _record(row: list[str], column: dict[str, int], metrics: dict[str, float]) -
         duration_s=metrics.get(DURATION, 0.0),
         sm_pct=metrics.get(SM_PCT, 0.0),
         memory_pct=metrics.get(MEMORY_PCT, 0.0),
-        dram_pct=metrics.get(DRAM_PCT, 0.0),
+        dram_pct=metrics.get(DRAM_PCT, metrics.get(DRAM_PCT_FALLBACK, 0.0)),
         dram_bytes=dram,
         block=cell("Block Size"),
         grid=cell("Grid Size"),
