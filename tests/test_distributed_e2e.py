@@ -1,0 +1,144 @@
+"""End-to-end: real 2-rank gloo runs through pytest (pytester subprocesses), kept few and small for a 2-core CI."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+RANK_TESTS = """
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+HERE = Path(__file__).parent
+
+
+@pytest.mark.parametrize("size", [48])
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_a_measures_on_every_rank(gpuperf, gpuperf_rank, size):
+    assert (dist.get_rank(), dist.get_world_size()) == (gpuperf_rank.rank, 2)
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0" and os.environ["WORLD_SIZE"] == "2"
+    x = torch.randn(size * (1 + gpuperf_rank.rank), size)
+    gpuperf.measure(lambda: torch.tanh(x @ x.T), items=size, unit="rows")
+    dist.new_group([0, 1])  # leaked on purpose: the pool must destroy it
+    (HERE / f"pid{gpuperf_rank.rank}").write_text(str(os.getpid()))
+    print(f"body ran on rank {gpuperf_rank.rank}")
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_b_gets_a_clean_reused_rank(gpuperf_rank):
+    from torch.distributed import distributed_c10d as c10d
+
+    assert len(c10d._world.pg_map) == 1, "the group test_a leaked is still there"
+    assert (HERE / f"pid{gpuperf_rank.rank}").read_text() == str(os.getpid()), "the rank was not reused"
+    drawn = torch.rand(4)
+    both = [torch.empty(4) for _ in range(2)]
+    dist.all_gather(both, drawn)
+    assert torch.equal(both[0], both[1]), "RNG seeds were not reset alike on every rank"
+
+
+@pytest.mark.gpuperf_distributed(world_size=2, backend="cuda")
+def test_c_needs_two_gpus(gpuperf_rank):
+    raise AssertionError("must be skipped on a machine without 2 GPUs")
+"""
+
+
+def test_a_body_runs_on_two_reused_gloo_ranks_and_records_per_rank_metrics_in_a_ws2_baseline(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_ranks=RANK_TESTS)
+    result = pytester.runpytest("--gpuperf-update", "-rs", "-s", *fast_args)
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*gpuperf distributed: 2 test(s) on 1 rank-pool start(s) (0 rebuilt after a fault)*",
+            "*needs 2 CUDA GPUs (one per rank); this machine has 0*",
+        ]
+    )
+    [path] = sorted((pytester.path / "baselines").glob("*.yaml"))
+    assert path.name.startswith("cpu-") and path.name.endswith("-ws2.yaml")
+    data = yaml.safe_load(path.read_text())
+    assert data["fingerprint"]["world_size"] == 2
+    metrics = data["tests"]["test_ranks.py::test_a_measures_on_every_rank[cpu-48]"]
+    assert metrics["rank0.step.peak_memory"]["value"] > 0 and metrics["rank1.step.peak_memory"]["value"] > 0
+    assert metrics["step.throughput"]["value"] > 0 and len(metrics["step.throughput"]["samples"]) >= 3
+    assert metrics["step.imbalance"]["value"] >= 1.0
+
+
+SCRIPT = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+if os.environ.get("HANG") and rank == 1:
+    def waiting_for_a_peer_that_never_comes():
+        time.sleep(3600)
+    waiting_for_a_peer_that_never_comes()
+print('GPUPERF {"rank": %d, "peak_memory": %d, "tokens_per_s": %f}' % (rank, 1000 + rank, 50.0 + rank), flush=True)
+"""
+
+SCRIPT_TESTS = """
+import pytest
+
+def test_script_reports(gpuperf, gpuperf_torchrun):
+    result = gpuperf_torchrun.run("report.py", nproc_per_node=2)
+    assert sorted(result.report.ranks) == [0, 1]
+
+def test_script_hangs(gpuperf, gpuperf_torchrun):
+    gpuperf_torchrun.run("report.py", nproc_per_node=2, timeout=6, env={"HANG": "1"})
+"""
+
+
+def test_the_torchrun_fixture_judges_what_a_script_prints_and_fails_a_hung_script_with_its_stacks(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(report=SCRIPT, test_script=SCRIPT_TESTS)
+    result = pytester.runpytest("--gpuperf-update", *fast_args)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*report.py on 2 rank(s) did not finish within 6 s*",
+            "*in waiting_for_a_peer_that_never_comes*",
+        ]
+    )
+    [path] = sorted((pytester.path / "baselines").glob("*-ws2.yaml"))
+    metrics = yaml.safe_load(path.read_text())["tests"]["test_script.py::test_script_reports[cpu]"]
+    assert metrics["rank1.report.peak_memory"]["value"] == 1001
+    assert metrics["report.tokens_per_s"]["value"] == 50.0
+
+
+IN_PLACE = """
+import os
+import torch
+import torch.distributed as dist
+import pytest
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_in_place(gpuperf, gpuperf_rank):
+    assert "GPUPERF_POOL_WORKER" not in os.environ, "ran in a pool, not in place"
+    assert dist.get_world_size() == 2 and gpuperf_rank.rank == int(os.environ["RANK"])
+    x = torch.randn(64, 64)
+    gpuperf.measure(lambda: x @ x, items=64, unit="rows")
+
+@pytest.mark.gpuperf_distributed(world_size=4)
+def test_other_world(gpuperf_rank):
+    pass
+"""
+
+
+def test_under_an_outer_torchrun_the_body_runs_in_place_and_rank0_writes_the_baseline(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_inplace=IN_PLACE)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "2"]
+    result = pytester.run(*launch, "-m", "pytest", "-rs", "--gpuperf-update", *fast_args, timeout=300)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert result.stdout.str().count("1 passed, 1 skipped") == 2
+    result.stdout.fnmatch_lines(["*needs world_size=4, but pytest runs under a torchrun launch of 2 ranks*"])
+    [path] = sorted((pytester.path / "baselines").glob("*.yaml"))
+    assert path.name.endswith("-ws2.yaml")
+    metrics = yaml.safe_load(path.read_text())["tests"]["test_inplace.py::test_in_place[cpu]"]
+    assert {"rank0.step.peak_memory", "rank1.step.peak_memory", "step.throughput"} <= set(metrics)
