@@ -1,7 +1,7 @@
 """Measured roofs of a Vulkan device and the memory/compute verdict of a kernel against them.
 
 The roofs are *measured*, not looked up: the bandwidth roof is the best rate of the
-vec4 copy and saxpy kernels over buffers of 16 MiB (CPU device) or 256 MiB (GPU), the
+vec4 copy and saxpy kernels over buffers of 32 MiB (CPU device) or 256 MiB (GPU), the
 compute roof the best rate of eight independent float32 FMA chains per thread
 (:mod:`pytest_gpuperf.vulkan.kernels`). A kernel whose arithmetic intensity
 (FLOP per byte moved) is above the ridge point ``compute / bandwidth`` is
@@ -67,7 +67,7 @@ def measure_roofs(device: VulkanDevice) -> Roofs:
 
     from pytest_gpuperf.vulkan import kernels
 
-    floats = device.max_floats(device.pick(cpu=1 << 22, default=1 << 26))  # 16 MiB (CPU device), 256 MiB (GPU)
+    floats = device.max_floats(device.pick(cpu=1 << 23, default=1 << 26))  # 32 MiB (CPU device), 256 MiB (GPU)
     rng = np.random.default_rng(7)
     src = device.buffer(rng.standard_normal(floats, dtype=np.float32), tracked=False)
     dst = device.empty(floats, tracked=False)
