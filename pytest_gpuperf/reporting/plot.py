@@ -46,7 +46,7 @@ class RooflinePoint:
     @property
     def label(self) -> str:
         """Short label: the test name (without the file) and the step unless it is ``step``."""
-        name = self.nodeid.rpartition("::")[2]
+        name = self.nodeid.rpartition("::")[2].removeprefix("test_")
         return name if self.step in ("", "step") else f"{name}:{self.step}"
 
 
@@ -136,6 +136,81 @@ STYLE = {
 DEFAULT_STYLE = {"color": "#1f77b4", "marker": "o", "s": 80, "label": "unchanged"}
 
 
+def _slope_label(ax: Any, x: float, bandwidth: float, text: str) -> None:
+    """Write ``text`` just above the bandwidth roof at ``x``, rotated along its slope on screen."""
+    (x0, y0), (x1, y1) = ax.transData.transform([(x, x * bandwidth), (x * 10, x * 10 * bandwidth)])
+    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+    ax.annotate(
+        text,
+        (x, x * bandwidth),
+        xytext=(0, 6),
+        textcoords="offset points",
+        rotation=angle,
+        rotation_mode="anchor",
+        fontsize=9,
+        color="#444444",
+    )
+
+
+#: Where a point's label may go, in points from the marker: right/left, above/below, then further out.
+_LABEL_SPOTS = [
+    (dx * side, dy, "left" if side > 0 else "right", "bottom" if dy > 0 else "top")
+    for dx, dy in ((9, 6), (9, -6), (9, 22), (9, -22), (9, 40), (9, -40))
+    for side in (1, -1)
+]
+
+
+def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
+    """Label each point where its text overlaps no earlier label and stays inside the axes."""
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    from matplotlib.transforms import Bbox
+
+    placed: list[Any] = []
+    for point in points:  # markers are obstacles too
+        x, y = ax.transData.transform((point.intensity, point.flop_rate))
+        placed.append(Bbox.from_extents(x - 8, y - 8, x + 8, y + 8))
+    for point in sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity)):
+        bad = point.status in ("regression", "changed")
+        text = point.label + (f"\n{point.bound}" if point.bound else "")
+        chosen = None
+        for dx, dy, ha, va in _LABEL_SPOTS:
+            note = ax.annotate(
+                text,
+                (point.intensity, point.flop_rate),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha=ha,
+                va=va,
+                fontsize=8.5,
+                color="#b00000" if bad else "#222222",
+                fontweight="bold" if bad else "normal",
+                zorder=6,
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.75},
+                arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6} if abs(dy) > 6 else None,
+            )
+            box = note.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in placed):
+                chosen = box
+                break
+            note.remove()
+        if chosen is None:  # nowhere free: first spot anyway
+            dx, dy, ha, va = _LABEL_SPOTS[0]
+            note = ax.annotate(
+                text,
+                (point.intensity, point.flop_rate),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha=ha,
+                va=va,
+                fontsize=8.5,
+                color="#b00000" if bad else "#222222",
+            )
+            chosen = note.get_window_extent(renderer)
+        placed.append(chosen)
+
+
 def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: DeviceRoofs, subtitle: str = "") -> Path:
     """Draw one device's roofline PNG at ``path``; raises :class:`PlotUnavailable` without matplotlib."""
     try:
@@ -158,13 +233,6 @@ def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: De
     palette = ["#444444", "#8c564b", "#9467bd", "#17becf"]
     if roofs.bandwidth:
         ax.plot(grid, [x * roofs.bandwidth for x in grid], color="#444444", lw=1, ls=":", alpha=0.6)
-        ax.text(
-            x_lo * 1.3,
-            x_lo * 1.3 * roofs.bandwidth * 1.25,
-            f"memory roof {_si(roofs.bandwidth, 'B/s')}",
-            fontsize=9,
-            color="#444444",
-        )
     for i, (cls, peak) in enumerate(sorted(roofs.compute.items(), key=lambda kv: -kv[1])):
         color = palette[i % len(palette)]
         roof = [min(peak, x * roofs.bandwidth) if roofs.bandwidth else peak for x in grid]
@@ -173,6 +241,8 @@ def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: De
             ridge = peak / roofs.bandwidth
             ax.axvline(ridge, color=color, lw=0.8, ls="--", alpha=0.5)
             ax.text(ridge * 1.08, y_lo * 1.6, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color=color, rotation=90)
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
     seen_labels: set[str] = set()
     for point in sorted(points, key=lambda p: p.status == "regression"):
         style = STYLE.get(point.status, DEFAULT_STYLE)
@@ -189,25 +259,16 @@ def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: De
             zorder=5,
             label=label,
         )
-        text = point.label + (f"\n{point.bound}" if point.bound else "")
-        ax.annotate(
-            text,
-            (point.intensity, point.flop_rate),
-            xytext=(8, 6),
-            textcoords="offset points",
-            fontsize=8.5,
-            color="#b00000" if point.status in ("regression", "changed") else "#222222",
-            fontweight="bold" if point.status in ("regression", "changed") else "normal",
-        )
-    ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=11)
     ax.set_ylabel("achieved throughput (FLOP/s)", fontsize=11)
     ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=12)
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.08)
-    ax.legend(loc="lower right", fontsize=9, framealpha=0.9)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
     fig.tight_layout()
+    _label_points(fig, ax, points)
+    if roofs.bandwidth:  # after the layout: the label's angle follows the slope on screen
+        _slope_label(ax, x_lo * 1.6, roofs.bandwidth, f"memory roof {_si(roofs.bandwidth, 'B/s')}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

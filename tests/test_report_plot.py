@@ -1,0 +1,122 @@
+"""The roofline PNG: points from the core's and the profiling feature's metrics, measured roofs, regressions marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.reporting.plot import DeviceRoofs, cached_roofs, draw_roofline, step_points
+from pytest_gpuperf.reporting.records import TestRecord
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FINGERPRINT = {"backend": "cuda", "device_name": "NVIDIA H200", "arch": "sm_90", "memory_gib": 140, "world_size": 1}
+
+
+def _verdict(metric: str, value: float | str, status: str = "info", **extra: float | str) -> dict:
+    return {"metric": metric, "value": value, "unit": "", "status": status, "kind": "custom", "extra": extra}
+
+
+def test_points_come_from_flop_rate_and_bandwidth_when_the_profiling_metrics_are_absent() -> None:
+    record = TestRecord(
+        "perf/test_k.py::test_gemm[cuda]",
+        "failed",
+        1.0,
+        {
+            "fingerprint": FINGERPRINT,
+            "verdicts": [
+                _verdict("step.time", 0.001, "regression"),
+                _verdict("step.flop_rate", 4e14),
+                _verdict("step.bandwidth", 2e12),
+                _verdict("prefill.time", 0.002, "unchanged"),  # a step without FLOPs or bytes: no point
+            ],
+        },
+    )
+    roofs = DeviceRoofs()
+    [point] = step_points(record, roofs)
+    assert point.intensity == pytest.approx(200.0) and point.flop_rate == 4e14
+    assert point.status == "regression" and point.label == "test_gemm[cuda]"
+    assert roofs.compute == {} and roofs.bandwidth is None
+
+
+def test_points_and_roofs_come_from_the_profiling_features_extras() -> None:
+    extras = {"flops": 2e9, "seconds": 1e-3, "peak_flops": 9e14, "peak_bandwidth": 4.5e12, "dtype_class": "bfloat16"}
+    record = TestRecord(
+        "t.py::test_norm[cuda]",
+        "passed",
+        1.0,
+        {
+            "fingerprint": FINGERPRINT,
+            "verdicts": [
+                _verdict("fwd.time", 0.001, "improvement"),
+                _verdict("fwd.arithmetic_intensity", 0.5),
+                _verdict("fwd.bound", "memory-bound", "unchanged", **extras),
+            ],
+        },
+    )
+    roofs = DeviceRoofs()
+    [point] = step_points(record, roofs)
+    assert (point.intensity, point.flop_rate, point.bound) == (0.5, 2e12, "memory-bound")
+    assert point.status == "improvement" and point.label == "test_norm[cuda]:fwd"
+    assert roofs.compute == {"bfloat16": 9e14} and roofs.bandwidth == 4.5e12
+
+
+def test_cached_roofs_are_read_from_the_profiling_roof_cache(tmp_path: Path) -> None:
+    from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, cache_key
+
+    entry = {"compute": {"float32-tf32": {"peak_flops": 4e14}}, "bandwidth": {"peak_bandwidth": 4e12}}
+    RoofCache(tmp_path / CACHE_NAME).store(cache_key(FINGERPRINT), entry)
+    roofs = DeviceRoofs()
+    cached_roofs(tmp_path, FINGERPRINT, roofs)
+    assert roofs.compute == {"float32-tf32": 4e14} and roofs.bandwidth == 4e12
+
+
+def test_draw_roofline_writes_a_png(tmp_path: Path) -> None:
+    from pytest_gpuperf.reporting.plot import RooflinePoint
+
+    points = [
+        RooflinePoint("t.py::test_gemm[cuda]", "step", 300.0, 6e14, "unchanged", "compute-bound"),
+        RooflinePoint("t.py::test_norm[cuda]", "step", 0.4, 1.2e12, "regression", "memory-bound"),
+        RooflinePoint("t.py::test_tiny[cuda]", "step", 2.0, 1e10, "new", "latency-bound"),
+    ]
+    roofs = DeviceRoofs(compute={"bfloat16": 9e14, "float32-tf32": 4e14}, bandwidth=4.5e12)
+    path = draw_roofline(tmp_path / "r.png", "Roofline: NVIDIA H200 sm_90 (cuda)", points, roofs, "3 perf tests")
+    data = path.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+PERF = """
+import torch
+
+def test_matmul(gpuperf):
+    a = torch.randn(128, 128)
+    gpuperf.measure(lambda: a @ a, flops=2 * 128**3, bytes_moved=3 * 128 * 128 * 4)
+
+def test_no_counts(gpuperf):
+    a = torch.randn(64)
+    gpuperf.measure(lambda: a + 1, memory=False)
+"""
+
+
+def test_plot_option_writes_one_png_per_device(pytester: pytest.Pytester, fast_args: list[str]) -> None:
+    pytester.makepyfile(test_perf=PERF)
+    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-plot", "plots", "--gpuperf-markdown", "pr.md")
+    result.assert_outcomes(passed=2)
+    [png] = list((pytester.path / "plots").glob("roofline-cpu-*.png"))
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    result.stdout.fnmatch_lines(["*roofline plot: plots/roofline-cpu-*.png*"])
+    assert f"- `plots/{png.name}`" in (pytester.path / "pr.md").read_text()
+
+
+def test_without_matplotlib_the_plot_is_skipped_with_the_install_hint(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_perf=PERF)
+    # A package that fails to import the way a missing matplotlib does, first on sys.path.
+    pytester.mkpydir("matplotlib").joinpath("__init__.py").write_text(
+        "raise ImportError('No module named matplotlib')\n"
+    )
+    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-plot", "plots", "-k", "matmul")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*--gpuperf-plot plots: the roofline plot needs matplotlib: pip install*[plot]*"])
+    assert not (pytester.path / "plots").exists()
