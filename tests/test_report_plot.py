@@ -35,7 +35,7 @@ def test_points_come_from_flop_rate_and_bandwidth_when_the_profiling_metrics_are
     roofs = DeviceRoofs()
     [point] = step_points(record, roofs)
     assert point.intensity == pytest.approx(200.0) and point.flop_rate == 4e14
-    assert point.status == "regression" and point.label == "test_gemm[cuda]"
+    assert point.status == "regression" and point.label == "gemm[cuda]"
     assert roofs.compute == {} and roofs.bandwidth is None
 
 
@@ -57,7 +57,7 @@ def test_points_and_roofs_come_from_the_profiling_features_extras() -> None:
     roofs = DeviceRoofs()
     [point] = step_points(record, roofs)
     assert (point.intensity, point.flop_rate, point.bound) == (0.5, 2e12, "memory-bound")
-    assert point.status == "improvement" and point.label == "test_norm[cuda]:fwd"
+    assert point.status == "improvement" and point.label == "norm[cuda]:fwd"
     assert roofs.compute == {"bfloat16": 9e14} and roofs.bandwidth == 4.5e12
 
 
