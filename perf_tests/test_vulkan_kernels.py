@@ -18,15 +18,9 @@ from pytest_gpuperf.vulkan.roofline import bound_of
 pytestmark = pytest.mark.gpuperf_backends("vulkan")
 
 
-#: Time tolerance on a CPU Vulkan device (lavapipe shares the host's cores with everything else), as for cpu.
-CPU_DEVICE_TIME_TOLERANCE = 0.25
-
-
 @pytest.fixture
 def device(gpuperf):
-    """The VulkanDevice; on a CPU adapter the time tolerance is widened to the cpu backend's default."""
-    if gpuperf.device.device_type == "CPU":
-        gpuperf.options.setdefault("time_tolerance", CPU_DEVICE_TIME_TOLERANCE)
+    """The VulkanDevice (a CPU adapter such as lavapipe gets the CPU time tolerance from the core)."""
     return gpuperf.device
 
 

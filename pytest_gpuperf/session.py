@@ -30,10 +30,12 @@ REPORT_ATTR = "gpuperf"
 def metric_to_entry(metric: Metric) -> dict[str, Any]:
     """The baseline-file entry for one metric."""
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
+    from pytest_gpuperf.measure import spread_subset
+
     if metric.samples:
-        entry["samples"] = list(metric.samples)
+        entry["samples"] = spread_subset(metric.samples)
     if metric.normalized:
-        entry["normalized"] = list(metric.normalized)
+        entry["normalized"] = spread_subset(metric.normalized)
     if metric.kind in (KIND_TIME, KIND_THROUGHPUT):  # how it was timed, so later runs time it the same way
         for key in ("reference", "method"):
             if metric.extra.get(key):
@@ -148,7 +150,7 @@ class GpuperfSession:
         if metric.kind == KIND_MEMORY:
             return float(options.get("memory_tolerance", options.get("tolerance", self.settings.memory_tolerance)))
         if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
-            default = self.settings.time_tolerance_for(handle.backend.name)
+            default = self.settings.time_tolerance_for(handle.backend)
             return float(options.get("time_tolerance", options.get("tolerance", default)))
         return float(options.get("tolerance", self.settings.time_tolerance))
 

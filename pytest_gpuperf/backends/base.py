@@ -60,6 +60,14 @@ class Backend(abc.ABC):
     def measure_peak_memory(self, step: Callable[[], object]) -> int:
         """Run ``step`` once and return its peak device memory in bytes."""
 
+    def is_host_cpu(self) -> bool:
+        """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).
+
+        Such devices share cores with everything else on the machine, so they get the CPU
+        time tolerance (``--gpuperf-cpu-time-tolerance``) instead of the GPU one.
+        """
+        return False
+
     def memory_note(self) -> str:
         """One line saying what the peak-memory number includes and misses."""
         return ""

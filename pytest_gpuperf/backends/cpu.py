@@ -55,6 +55,9 @@ class CpuBackend(TorchBackend):
             **host_description(),
         }
 
+    def is_host_cpu(self) -> bool:
+        return True
+
     def synchronize(self) -> None:
         """CPU ops in eager torch are synchronous; nothing to wait for."""
 

@@ -111,6 +111,11 @@ class VulkanBackend(Backend):
             return "gpu-timestamp-query"
         return "host-clock+on_submitted_work_done (no timestamp-query)"
 
+    def is_host_cpu(self) -> bool:
+        """A CPU adapter (lavapipe, SwiftShader) shares the host's cores: CPU time tolerance applies."""
+        info, _ = self.adapter()
+        return str(info.device_type).upper() == "CPU"
+
     def fingerprint(self) -> dict[str, Any]:
         import platform
 
