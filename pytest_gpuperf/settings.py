@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_gpuperf.measure import MeasureConfig
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
 
 # (flag, kind, default, help). kind: "bool" | "str" | "float" | "int"
 OPTIONS: list[tuple[str, str, Any, str]] = [
@@ -99,9 +102,9 @@ class Settings:
     confirm: bool
     measure: MeasureConfig
 
-    def time_tolerance_for(self, backend: str) -> float:
-        """Default time tolerance of a backend (the CPU is noisier than a GPU)."""
-        return self.cpu_time_tolerance if backend == "cpu" else self.time_tolerance
+    def time_tolerance_for(self, backend: Backend) -> float:
+        """Default time tolerance of a backend: host-CPU devices are noisier than a GPU."""
+        return self.cpu_time_tolerance if backend.is_host_cpu() else self.time_tolerance
 
 
 def selected_backends(config: pytest.Config) -> list[str]:
