@@ -55,7 +55,7 @@ class TraceResult:
 def artifact_stem(node_id: str, step_name: str) -> str:
     """A file-name-safe stem from a test id and step name: ``test_x.py::test_y[cuda]`` -> ``test_x-test_y-cuda``."""
     base = node_id.rsplit("/", 1)[-1].replace(".py::", "-")
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{base}-{step_name}").strip("-")
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", f"{base}-{step_name}").strip("-")
 
 
 def capture_trace(

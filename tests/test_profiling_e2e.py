@@ -1,0 +1,176 @@
+"""``pytest --gpuperf`` with the profiling feature, end to end through pytester on the real CPU backend."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pytest_gpuperf.backends.cpu import CpuBackend
+from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, RoofProvider
+from pytest_gpuperf.profiling.verdict import BOUNDS
+
+STEPS = """
+import os
+import time
+
+import pytest
+import torch
+
+gen = torch.Generator().manual_seed(0)
+A = torch.randn(1024, 1024, generator=gen)
+B = torch.randn(1024, 1024, generator=gen)
+X = torch.randn(64, generator=gen)
+
+
+def sleepy():
+    time.sleep(0.003)
+    return X + 1
+
+
+def matmul():
+    return A @ B
+
+
+def test_step(gpuperf):
+    gpuperf.measure(matmul if os.environ.get("STEP_KIND") == "matmul" else sleepy)
+
+
+@pytest.mark.gpuperf(bound="compute")
+def test_expects_compute(gpuperf):
+    gpuperf.measure(sleepy)
+
+
+def test_profiled_by_fixture(gpuperf, gpuperf_profile):
+    gpuperf.measure(sleepy, name="tiny")
+    [record] = gpuperf_profile
+    assert record.artifacts and record.artifacts[0].exists()
+"""
+
+
+@pytest.fixture(scope="module")
+def roofs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CPU's measured roofs, calibrated once for this module and copied into each pytester rootdir."""
+    path = tmp_path_factory.mktemp("roofs") / "roofs.json"
+    backend = CpuBackend()
+    RoofProvider(RoofCache(path)).roofs(backend, backend.fingerprint() | {"world_size": 1}, "float32")
+    return path
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, roofs_cache: Path, fast_args: list[str]) -> pytest.Pytester:
+    """A pytester project with the perf tests above and this machine's cached roofs."""
+    pytester.makepyfile(test_steps=STEPS)
+    target = pytester.path / CACHE_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(roofs_cache, target)
+    return pytester
+
+
+def recorded_metrics(pytester: pytest.Pytester, node_id: str) -> dict[str, dict]:
+    [path] = sorted((pytester.path / "baselines").glob("*.yaml"))
+    return yaml.safe_load(path.read_text())["tests"][node_id]
+
+
+def test_gpuperf_records_a_bound_with_its_numbers_in_the_baseline(project: pytest.Pytester, fast_args) -> None:
+    result = project.runpytest("--gpuperf-update", *fast_args, "test_steps.py::test_step")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*gpuperf profiling*", "*analytic latency-bound: AI*roof share*"])
+    metrics = recorded_metrics(project, "test_steps.py::test_step[cpu]")
+    assert metrics["step.bound"]["value"] in BOUNDS
+    assert metrics["step.bound"]["kind"] == "category"
+    assert metrics["step.roof_share"]["value"] < 0.3
+    assert "step.arithmetic_intensity" in metrics
+
+
+def test_a_changed_bound_fails_the_test_naming_both_classes(
+    project: pytest.Pytester, fast_args, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    low = ["--gpuperf-latency-share", "0.05"]  # a 1024 matmul reaches far more than 5% of the CPU's matmul roof
+    monkeypatch.setenv("STEP_KIND", "matmul")
+    project.runpytest("--gpuperf-update", *fast_args, *low, "test_steps.py::test_step").assert_outcomes(passed=1)
+    assert recorded_metrics(project, "test_steps.py::test_step[cpu]")["step.bound"]["value"] == "compute-bound"
+    monkeypatch.setenv("STEP_KIND", "sleep")
+    result = project.runpytest("--gpuperf", *fast_args, *low, "test_steps.py::test_step")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*bound changed: compute-bound -> latency-bound on *"])
+
+
+def test_a_bound_marker_mismatch_fails_with_the_numbers_and_top_ops(project: pytest.Pytester, fast_args) -> None:
+    result = project.runpytest("--gpuperf", "--gpuperf-profile", *fast_args, "test_steps.py::test_expects_compute")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-gpuperf: bound assertion failed*",
+            "*step.bound is latency-bound but @pytest.mark.gpuperf(bound='compute') expects compute-bound: "
+            "latency-bound: AI * vs ridge *roof share*",
+            "*top CPU ops by self time over 3 calls:*",
+        ]
+    )
+
+
+def test_profile_flag_writes_a_chrome_trace_per_step_and_prints_where(project: pytest.Pytester, fast_args) -> None:
+    result = project.runpytest("--gpuperf", "--gpuperf-profile", *fast_args, "test_steps.py::test_step")
+    result.assert_outcomes(passed=1)
+    [trace] = sorted((project.path / "gpuperf-artifacts").glob("*.trace.json"))
+    assert trace.name == "test_steps-test_step-cpu-step.trace.json"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "aten::add" for e in events)
+    result.stdout.fnmatch_lines(
+        [
+            "*trace: *test_step-cpu-step.trace.json (open in https://ui.perfetto.dev)",
+            "*profiling artifacts (1 file(s)) in: *",
+        ]
+    )
+
+
+def test_the_fixture_turns_profiling_on_for_one_test_into_the_artifacts_dir(
+    project: pytest.Pytester, fast_args
+) -> None:
+    result = project.runpytest("--gpuperf", *fast_args, "--gpuperf-artifacts", "out/traces", "test_steps.py::test_profiled_by_fixture")
+    result.assert_outcomes(passed=1)
+    [trace] = (project.path / "out" / "traces").glob("*.trace.json")
+    assert trace.name == "test_steps-test_profiled_by_fixture-cpu-tiny.trace.json"
+    json.loads(trace.read_text())
+
+
+def test_without_gpuperf_nothing_is_profiled(project: pytest.Pytester) -> None:
+    result = project.runpytest("--gpuperf-profile", "-p", "no:cacheprovider", "test_steps.py::test_step")
+    result.assert_outcomes(passed=1)
+    assert not (project.path / "gpuperf-artifacts").exists()
+    assert "gpuperf profiling" not in result.stdout.str()
+
+
+def test_ncu_capture_is_skipped_with_the_reason_when_ncu_is_missing(
+    project: pytest.Pytester, fast_args, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert shutil.which("ncu") is None, "this test checks the machine without Nsight Compute"
+    monkeypatch.delenv("GPUPERF_NCU", raising=False)
+    result = project.runpytest("--gpuperf", "--gpuperf-ncu", *fast_args, "-rs", "test_steps.py::test_step")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*test_step*`ncu` is not on PATH*install Nsight Compute*"])
+
+
+def test_ncu_marker_with_a_cpu_backend_notes_there_is_nothing_to_capture(
+    project: pytest.Pytester, fast_args, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\necho 'ncu must not be started for a CPU backend' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("GPUPERF_NCU", str(fake))
+    project.makepyfile(
+        test_marked="""
+        import pytest, torch
+
+        @pytest.mark.gpuperf_ncu
+        def test_marked(gpuperf):
+            x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+            gpuperf.measure(lambda: x * 2)
+        """
+    )
+    result = project.runpytest("--gpuperf", *fast_args, "test_marked.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*note: ncu: backend cpu runs no CUDA kernels; nothing to capture*"])
