@@ -130,7 +130,8 @@ def test_profile_flag_writes_a_chrome_trace_per_step_and_prints_where(project: p
 def test_the_fixture_turns_profiling_on_for_one_test_into_the_artifacts_dir(
     project: pytest.Pytester, fast_args
 ) -> None:
-    result = project.runpytest("--gpuperf", *fast_args, "--gpuperf-artifacts", "out/traces", "test_steps.py::test_profiled_by_fixture")
+    node = "test_steps.py::test_profiled_by_fixture"
+    result = project.runpytest("--gpuperf", *fast_args, "--gpuperf-artifacts", "out/traces", node)
     result.assert_outcomes(passed=1)
     [trace] = (project.path / "out" / "traces").glob("*.trace.json")
     assert trace.name == "test_steps-test_profiled_by_fixture-cpu-tiny.trace.json"
