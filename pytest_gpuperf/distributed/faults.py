@@ -26,7 +26,9 @@ def describe_failure(
     stacks: dict[int, str] | None = None,
     timeout: float | None = None,
     launcher_log: str = "",
+    grace: float | None = None,
 ) -> str | None:
+    """``timeout``: the test's limit ran out; ``grace``: the other ranks' wait after one failed ran out."""
     """The failure text of a distributed test, or None when every rank passed."""
     hung, died, stacks = hung or [], died or [], stacks or {}
     parts: list[str] = []
@@ -40,12 +42,19 @@ def describe_failure(
             parts.append(f"rank {rank} of {world_size} raised:")
             parts.append(_indent(result.traceback))
     if hung:
-        waited = f"within {timeout:g} s" if timeout is not None else "in time"
-        parts.append(
-            f"rank(s) {', '.join(map(str, hung))} of {world_size} did not finish {waited} (a hung collective, "
-            "or a rank waiting for one that failed); raise the limit with "
-            "@pytest.mark.gpuperf_distributed(timeout=...) or --gpuperf-dist-timeout. Their stacks:"
-        )
+        ranks = ", ".join(map(str, hung))
+        if timeout is not None:
+            parts.append(
+                f"rank(s) {ranks} of {world_size} did not finish within {timeout:g} s (a hung collective?); "
+                "raise the limit with @pytest.mark.gpuperf_distributed(timeout=...) or --gpuperf-dist-timeout. "
+                "Their stacks:"
+            )
+        else:
+            waited = f"within {grace:g} s " if grace is not None else ""
+            parts.append(
+                f"rank(s) {ranks} of {world_size} did not finish {waited}after a rank failed (waiting in a "
+                "collective for it?). Their stacks:"
+            )
         for rank in hung:
             parts.append(f"  --- rank {rank} ---")
             parts.append(_indent(stacks.get(rank, "(no stack)")))

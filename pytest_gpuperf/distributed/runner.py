@@ -93,7 +93,7 @@ def conclude(item: pytest.Function, spec: DistSpec, results: dict[int, RankResul
 def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> None:
     """Run ``item`` on a pool of ``spec.world_size`` ranks; fail it with the evidence on any fault."""
     from pytest_gpuperf.distributed.faults import describe_failure
-    from pytest_gpuperf.distributed.pool import PoolStartError
+    from pytest_gpuperf.distributed.pool import ERROR_GRACE_SECONDS, PoolStartError
 
     task = build_task(item, spec.backend)
     try:
@@ -107,8 +107,9 @@ def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> 
         hung=outcome.hung,
         died=outcome.died,
         stacks=outcome.stacks,
-        timeout=spec.timeout,
+        timeout=spec.timeout if outcome.timed_out else None,
         launcher_log=outcome.launcher_log,
+        grace=ERROR_GRACE_SECONDS,
     )
     conclude(item, spec, outcome.results, failure)
 

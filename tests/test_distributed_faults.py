@@ -1,0 +1,108 @@
+"""Faults on real gloo ranks: each fails exactly one test, in bounded time, with evidence; the session goes on."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+FAULTS = """
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_a_raises_on_rank1(gpuperf_rank):
+    if gpuperf_rank.rank == 1:
+        raise ValueError("boom on rank 1")
+    dist.barrier()  # rank 0 waits for a rank that never comes
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_b_runs_after_the_raise(gpuperf_rank):
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    assert total.item() == 2
+
+
+@pytest.mark.gpuperf_distributed(world_size=2, timeout=4)
+def test_c_hangs_in_a_collective(gpuperf_rank):
+    if gpuperf_rank.rank == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins
+    else:
+        time.sleep(3600)
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_d_runs_after_the_hang(gpuperf_rank):
+    dist.barrier()
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_e_runs_out_of_memory_on_rank1(gpuperf_rank):
+    if gpuperf_rank.rank == 1:
+        torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB: the CPU allocator refuses
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_f_runs_after_the_oom(gpuperf_rank):
+    dist.barrier()
+"""
+
+
+def _processes_tagged(tag: str) -> list[int]:
+    """Live processes whose environment carries ``tag`` (the ranks and launchers of one pytester run)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if tag.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_raise_hang_and_oom_each_fail_one_test_with_evidence_and_leave_no_rank_behind(
+    pytester: pytest.Pytester, fast_args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tag = f"gpuperf-orphan-check-{uuid.uuid4().hex}"
+    monkeypatch.setenv("GPUPERF_TEST_TAG", tag)
+    pytester.makepyfile(test_faults=FAULTS)
+    started = time.monotonic()
+    result = pytester.runpytest(*fast_args)
+    elapsed = time.monotonic() - started
+    result.assert_outcomes(passed=3, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_a_raises_on_rank1*distributed test failed on 2 rank(s)*",
+            "*rank 1 of 2 raised:*",
+            "*ValueError: boom on rank 1*",
+            "*rank(s) 0 of 2 did not finish within 3 s after a rank failed*",
+            "*in test_a_raises_on_rank1*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*rank(s) 0, 1 of 2 did not finish within 4 s*",
+            "*--- rank 0 ---*",
+            "*in test_c_hangs_in_a_collective*",
+            "*--- rank 1 ---*",
+            "*in test_c_hangs_in_a_collective*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*rank 1 of 2 ran out of memory; its peak numbers:*",
+            "*peak RSS of the rank process:*",
+            "*can't allocate memory*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*6 test(s) on 4 rank-pool start(s) (3 rebuilt after a fault)*"])
+    assert elapsed < 240, f"the faults took {elapsed:.0f} s"
+    time.sleep(1.0)
+    assert _processes_tagged(tag) == [], "rank or launcher processes outlived the pytest session"
