@@ -234,6 +234,7 @@ class ReportCollector:
         self.lines += [f"roofline plot: {self._display(p)}" for p in written]
         return [self._display(p) for p in written]
 
+    @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Name the files written, and list the baseline entries changed against the ref."""
         if self.baseline_ref is not None:
@@ -244,7 +245,8 @@ class ReportCollector:
             for change in changes:
                 where = " ".join(str(x) for x in (change["test"], change["metric"]) if x)
                 flag = "  [LOOSENS THE GATE]" if change["loosens"] else ""
-                terminalreporter.write_line(f"{change['file']}: {change['change']} {where}: {change['detail']}{flag}")
+                head = f"{change['change']} {where}".strip()
+                terminalreporter.write_line(f"{change['file']}: {head}: {change['detail']}{flag}")
         if self.lines:
             terminalreporter.write_sep("-", "gpuperf reports")
             for line in self.lines:
