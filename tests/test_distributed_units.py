@@ -100,6 +100,7 @@ def test_outer_launches_are_read_from_torchrun_or_slurm_but_never_from_our_own_w
 def test_world_size_per_backend_and_the_skip_reason_when_gpus_are_missing() -> None:
     assert resolve_world_size({"cpu": 2, "cuda": "all"}, "cpu") == 2
     assert resolve_world_size(3, "cpu") == 3
+    assert resolve_world_size({"cuda": "all"}, "cuda", outer=16) == 16
     with pytest.raises(ValueError, match="no entry for backend 'mps'"):
         resolve_world_size({"cpu": 2}, "mps")
     assert world_size_problem("cpu", 2) is None

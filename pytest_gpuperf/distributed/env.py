@@ -80,16 +80,19 @@ def world_size_problem(backend: str, world_size: int) -> str | None:
     return None
 
 
-def resolve_world_size(value: object, backend: str) -> int:
+def resolve_world_size(value: object, backend: str, outer: int | None = None) -> int:
     """A marker's ``world_size``: an int, or a mapping per backend (``{"cpu": 2, "cuda": "all"}``).
 
-    ``"all"`` means every visible GPU on CUDA (at least 1) and 2 ranks on the CPU.
+    ``"all"`` means the outer launch's world size when pytest runs under one (``outer``),
+    else every visible GPU on CUDA (at least 1) and 2 ranks on the CPU.
     """
     if isinstance(value, Mapping):
         if backend not in value:
             raise ValueError(f"world_size mapping {dict(value)} has no entry for backend {backend!r}")
         value = value[backend]
     if value == "all":
+        if outer is not None:
+            return outer
         if backend == "cuda":
             import torch
 

@@ -116,7 +116,7 @@ def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> 
 
 def spec_for(item: pytest.Item, default_timeout: float) -> DistSpec:
     """Read ``@pytest.mark.gpuperf_distributed(world_size=..., timeout=..., backend=...)`` of ``item``."""
-    from pytest_gpuperf.distributed.env import resolve_world_size
+    from pytest_gpuperf.distributed.env import outer_launch, resolve_world_size
 
     marker = item.get_closest_marker("gpuperf_distributed")
     assert marker is not None
@@ -132,7 +132,9 @@ def spec_for(item: pytest.Item, default_timeout: float) -> DistSpec:
     callspec = getattr(item, "callspec", None)
     backend = (callspec.params.get("gpuperf_backend") if callspec else None) or kwargs.get("backend") or "cpu"
     try:
-        world_size = resolve_world_size(kwargs.get("world_size", 2), str(backend))
+        launch = outer_launch()
+        outer = launch.world_size if launch is not None else None
+        world_size = resolve_world_size(kwargs.get("world_size", 2), str(backend), outer)
     except ValueError as exc:
         raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.gpuperf_distributed: {exc}") from None
     timeout = float(kwargs.get("timeout") or default_timeout)
