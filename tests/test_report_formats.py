@@ -89,7 +89,7 @@ def test_markdown_lists_regressions_then_improvements_then_unchanged_and_goes_to
     )
     result.assert_outcomes(passed=2, failed=1)
     text = (pytester.path / "pr.md").read_text()
-    assert text.startswith("## :red_circle: pytest-gpuperf: 1 regressions, 1 improvements, 1 unchanged (3 perf tests)")
+    assert text.startswith("## :red_circle: pytest-gpuperf: 1 regression, 1 improvement, 1 unchanged (3 perf tests)")
     regress, improve, unchanged = (
         text.index(h) for h in ("### :red_circle: Regressions (1)", "Improvements (1)", "Unchanged (1 tests)")
     )
@@ -122,7 +122,7 @@ def test_no_step_summary_flag_and_plain_runs_leave_github_summary_alone(
     pytester.runpytest(*fast_args).assert_outcomes(passed=1)  # no --gpuperf: no reports at all
     assert summary.read_text() == ""
     pytester.runpytest("--gpuperf", *fast_args).assert_outcomes(passed=1)
-    assert "1 no baseline yet" in summary.read_text()
+    assert "1 without baseline" in summary.read_text()
 
 
 def test_metric_sections_render_without_a_baseline_ref_or_artifacts() -> None:

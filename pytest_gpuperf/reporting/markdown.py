@@ -30,6 +30,14 @@ ICONS = {
     "recorded": ":memo:",
     "info": "",
 }
+#: (singular, plural) for the headline's counts.
+COUNT_WORDS = {
+    "regression": ("regression", "regressions"),
+    "changed": ("changed category", "changed categories"),
+    "improvement": ("improvement", "improvements"),
+    "new": ("without baseline", "without baseline"),
+    "unchanged": ("unchanged", "unchanged"),
+}
 HEADER = "| test | metric | baseline | measured | change | tolerance | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
 
@@ -111,9 +119,9 @@ def render_markdown(
     """The PR summary for a JSON report ``document`` (see :mod:`.json_report`) and its records."""
     gp = document["gpuperf"]
     counts = gp["summary"]
-    parts = [f"{counts[s]} {name.lower()}" for s, name in SECTIONS if counts.get(s) and s not in ("recorded",)] or [
-        "nothing judged"
-    ]
+    parts = [
+        f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s, _ in SECTIONS if counts.get(s) and s in COUNT_WORDS
+    ] or ["nothing judged"]
     verdict = ":red_circle:" if counts.get("regression") or counts.get("changed") else ":green_circle:"
     lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({counts['tests']} perf tests)", ""]
     if gp.get("mode") == "update":
