@@ -26,12 +26,12 @@ COMMON=(-p no:cacheprovider -p no:randomly --gpuperf --gpuperf-update --gpuperf-
         --gpuperf-artifacts "$W/artifacts" --gpuperf-max-time 1.0 -rs)
 
 stamp "A: perf suite with --gpuperf-profile"
-timeout 75 $PY -m pytest perf_tests "${COMMON[@]}" --gpuperf-profile --gpuperf-baselines "$W/baselines-A" \
+timeout 60 $PY -m pytest perf_tests "${COMMON[@]}" --gpuperf-profile --gpuperf-baselines "$W/baselines-A" \
   > "$W/A_profile.log" 2>&1
 echo "A exit $?"; tail -n 25 "$W/A_profile.log"
 
 stamp "B: kernel tests with --gpuperf-ncu"
-timeout 95 $PY -m pytest perf_tests -k "not minillm" "${COMMON[@]}" --gpuperf-ncu --gpuperf-ncu-timeout 40 \
+timeout 100 $PY -m pytest perf_tests -k "not minillm" "${COMMON[@]}" --gpuperf-ncu --gpuperf-ncu-timeout 35 \
   --gpuperf-baselines "$W/baselines-B" > "$W/B_ncu.log" 2>&1
 echo "B exit $?"; grep -E "ncu|analytic|SKIPPED|passed|failed" "$W/B_ncu.log" | head -40
 
@@ -60,7 +60,7 @@ EOF
 cat "$W/roofline_table.md"
 
 stamp "D: cost of region-only vs whole-process --set full capture"
-timeout 80 $PY benchmarks/bench_ncu_capture.py --out "$W/bench" --timeout 70 \
+timeout 60 $PY benchmarks/bench_ncu_capture.py --out "$W/bench" --timeout 50 \
   "perf_tests/test_seed_kernels.py::test_large_matmul_compute_side[cuda]" > "$W/D_bench.log" 2>&1
 echo "D exit $?"; cat "$W/D_bench.log" | tail -n 12
 
