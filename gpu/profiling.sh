@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU run of the profiling feature (issue 4), from the repo root on one H200 with ncu on PATH.
-#   A. perf suite on CUDA with --gpuperf --gpuperf-profile: analytic bound verdicts against the measured roofs,
+#   A. the seed perf tests (perf_tests/test_seed_kernels.py) on CUDA with --gpuperf --gpuperf-profile: analytic bound verdicts against the measured roofs,
 #      torch.profiler traces, top kernels (MiniLLM included);
 #   B. the kernel tests again with --gpuperf-ncu: region-only Nsight Compute capture, ncu's verdict next to the
 #      analytic one;
@@ -26,12 +26,12 @@ COMMON=(-p no:cacheprovider -p no:randomly --gpuperf --gpuperf-update --gpuperf-
         --gpuperf-artifacts "$W/artifacts" --gpuperf-max-time 1.0 -rs)
 
 stamp "A: perf suite with --gpuperf-profile"
-timeout 60 $PY -m pytest perf_tests "${COMMON[@]}" --gpuperf-profile --gpuperf-baselines "$W/baselines-A" \
+timeout 60 $PY -m pytest perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-profile --gpuperf-baselines "$W/baselines-A" \
   > "$W/A_profile.log" 2>&1
 echo "A exit $?"; tail -n 25 "$W/A_profile.log"
 
 stamp "B: kernel tests with --gpuperf-ncu"
-timeout 100 $PY -m pytest perf_tests -k "not minillm" "${COMMON[@]}" --gpuperf-ncu --gpuperf-ncu-timeout 35 \
+timeout 100 $PY -m pytest perf_tests/test_seed_kernels.py -k "not minillm" "${COMMON[@]}" --gpuperf-ncu --gpuperf-ncu-timeout 35 \
   --gpuperf-baselines "$W/baselines-B" > "$W/B_ncu.log" 2>&1
 echo "B exit $?"; grep -E "ncu|analytic|SKIPPED|passed|failed" "$W/B_ncu.log" | head -40
 
