@@ -3,11 +3,15 @@
 * memory: a plain relative tolerance (the allocator's peak is deterministic),
   plus a small absolute slack so a few KiB on a tiny test never fail it;
 * time and throughput: the run's samples against the baseline's stored samples.
-  The ratio of medians gets a bootstrap 95% confidence interval; a change is a
-  regression only when the point estimate is past the tolerance *and* the
-  interval excludes "no change". When both sides carry drift-normalized samples
-  (step time / interleaved reference time) those are judged instead of raw
-  times, so a uniformly slower machine does not read as a regression;
+  The judged statistic is a low quantile of the per-step times
+  (:data:`~pytest_gpuperf.measure.STAT_QUANTILE`; the mirror quantile for
+  throughputs), robust to samples slowed by preemption. The ratio run/baseline
+  gets a bootstrap 95% confidence interval; a change is a regression only when
+  the point estimate is past the tolerance *and* the interval excludes "no
+  change". When both sides also carry drift-normalized samples (step time /
+  the run's reference-probe time) taken with the same probe, the normalized
+  ratio is judged as well and a regression must show in both: a uniformly
+  slower machine (raw only) or a noisy probe (normalized only) does not fail;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction.
 """
@@ -18,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpuperf.measure import STAT_QUANTILE
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.units import format_change, format_value
 
@@ -28,21 +33,20 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class RatioEstimate:
-    """Ratio of medians (run / baseline) with its bootstrap confidence interval."""
+    """Ratio of a statistic (run / baseline) with its bootstrap confidence interval."""
 
     ratio: float
     low: float
     high: float
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+def judged_quantile(better: str) -> float:
+    """The quantile judged for a metric: low times, high throughputs (both: the fast side)."""
+    return STAT_QUANTILE if better == "lower" else 1.0 - STAT_QUANTILE
 
 
-def ratio_of_medians(run: Sequence[float], base: Sequence[float], seed: int = 0) -> RatioEstimate:
-    """Bootstrap the ratio ``median(run) / median(base)``; both need at least 3 samples."""
+def ratio_of_quantiles(run: Sequence[float], base: Sequence[float], q: float, seed: int = 0) -> RatioEstimate:
+    """Bootstrap the ratio ``quantile(run, q) / quantile(base, q)``; both need at least 3 samples."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -50,10 +54,27 @@ def ratio_of_medians(run: Sequence[float], base: Sequence[float], seed: int = 0)
     base_arr = np.asarray(base, dtype=float)
     run_idx = rng.integers(0, len(run_arr), size=(BOOTSTRAP_RESAMPLES, len(run_arr)))
     base_idx = rng.integers(0, len(base_arr), size=(BOOTSTRAP_RESAMPLES, len(base_arr)))
-    ratios = np.median(run_arr[run_idx], axis=1) / np.median(base_arr[base_idx], axis=1)
+    ratios = np.quantile(run_arr[run_idx], q, axis=1) / np.quantile(base_arr[base_idx], q, axis=1)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
-    return RatioEstimate(float(np.median(run_arr) / np.median(base_arr)), float(low), float(high))
+    point = float(np.quantile(run_arr, q) / np.quantile(base_arr, q))
+    return RatioEstimate(point, float(low), float(high))
+
+
+def ratio_of_medians(run: Sequence[float], base: Sequence[float], seed: int = 0) -> RatioEstimate:
+    """Bootstrap the ratio ``median(run) / median(base)``; both need at least 3 samples."""
+    return ratio_of_quantiles(run, base, 0.5, seed)
+
+
+#: Baselines written before the probe was recorded used the matmul probe.
+LEGACY_REFERENCE = "matmul"
+
+
+def normalized_comparable(reference: str, entry: dict[str, Any]) -> bool:
+    """True when the baseline ``entry`` holds >= 3 ratios to the same drift probe as the run's ``reference``."""
+    if not reference or len(entry.get("normalized") or []) < 3:
+        return False
+    return str(entry.get("reference", LEGACY_REFERENCE)) == reference
 
 
 def _worse_ratio(ratio: float, better: str) -> float:
@@ -62,12 +83,7 @@ def _worse_ratio(ratio: float, better: str) -> float:
 
 
 def _describe(metric: Metric, baseline_value: Any, ratio: float, tolerance: float, where: str, extra: str = "") -> str:
-    worse = _worse_ratio(ratio, metric.better) > 1.0
-    sign = ">" if (ratio > 1.0) else "<"
-    if ratio == 1.0:
-        sign = "="
-    direction = "regressed" if worse else "improved"
-    del direction
+    sign = "=" if ratio == 1.0 else (">" if ratio > 1.0 else "<")
     measured = format_value(metric.value, metric.unit)
     base = format_value(baseline_value, metric.unit)
     detail = f"{format_change(ratio)}{extra}, tolerance {tolerance:.0%}"
@@ -117,33 +133,51 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
     )
 
 
+def _status(ratio: float, low: float, high: float, better: str, tolerance: float) -> str:
+    """regression / improvement / unchanged for one ratio estimate (point past tolerance, CI excludes 1)."""
+    worse = _worse_ratio(ratio, better)
+    worse_low, worse_high = sorted((_worse_ratio(low, better), _worse_ratio(high, better)))
+    if worse > 1.0 + tolerance and worse_low > 1.0:
+        return "regression"
+    if worse < 1.0 / (1.0 + tolerance) and worse_high < 1.0:
+        return "improvement"
+    return "unchanged"
+
+
+def _estimate(run: Sequence[float], base: Sequence[float], q: float, fallback: float) -> RatioEstimate:
+    if len(run) >= 3 and len(base) >= 3:
+        return ratio_of_quantiles(run, base, q)
+    return RatioEstimate(fallback, fallback, fallback)
+
+
 def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, where: str) -> Verdict:
     base_value = float(entry["value"])
-    normalized = bool(metric.normalized) and len(entry.get("normalized", [])) >= 3
-    run = metric.normalized if normalized else metric.samples
-    base = entry.get("normalized", []) if normalized else entry.get("samples", [])
-    raw_ratio = float(metric.value) / base_value if base_value else float("inf")
-    if len(run) >= 3 and len(base) >= 3:
-        est = ratio_of_medians(run, base)
-        ratio, low, high = est.ratio, est.low, est.high
-    else:
-        ratio, low, high = raw_ratio, raw_ratio, raw_ratio
-    worse = _worse_ratio(ratio, metric.better)
-    worse_low, worse_high = sorted((_worse_ratio(low, metric.better), _worse_ratio(high, metric.better)))
-    status = "unchanged"
-    if worse > 1.0 + tolerance and worse_low > 1.0:
-        status = "regression"
-    elif worse < 1.0 / (1.0 + tolerance) and worse_high < 1.0:
-        status = "improvement"
-    extra = f", 95% CI {format_change(low)}..{format_change(high)}"
-    if normalized:
-        extra += f", drift-corrected; raw {format_change(raw_ratio)}"
+    q = judged_quantile(metric.better)
+    point = float(metric.value) / base_value if base_value else float("inf")
+    raw = _estimate(metric.samples, entry.get("samples") or [], q, point)
+    status = _status(raw.ratio, raw.low, raw.high, metric.better, tolerance)
+    shown = raw
+    extra = f", 95% CI {format_change(raw.low)}..{format_change(raw.high)}"
+    reference = str(metric.extra.get("reference", LEGACY_REFERENCE if metric.normalized else ""))
+    if len(metric.normalized) >= 3 and normalized_comparable(reference, entry):
+        norm = ratio_of_quantiles(metric.normalized, entry["normalized"], q)
+        norm_status = _status(norm.ratio, norm.low, norm.high, metric.better, tolerance)
+        shown = norm
+        extra = (
+            f", 95% CI {format_change(norm.low)}..{format_change(norm.high)} drift-corrected by the "
+            f"{reference} probe; raw {format_change(raw.ratio)}"
+        )
+        if norm_status != status:
+            extra += f" (raw says {status}, drift-corrected says {norm_status}: not counted)"
+            status = "unchanged"
+    if metric.extra.get("budget_exhausted"):
+        extra += f"; undecided when the {metric.extra.get('measure_seconds', '?')} s budget ran out"
     return Verdict(
         metric,
-        status,
+        status,  # type: ignore[arg-type]
         baseline=base_value,
-        ratio=ratio,
-        ci=(low, high),
+        ratio=shown.ratio,
+        ci=(shown.low, shown.high),
         tolerance=tolerance,
-        message=_describe(metric, base_value, ratio, tolerance, where, extra),
+        message=_describe(metric, base_value, shown.ratio, tolerance, where, extra),
     )

@@ -1,16 +1,29 @@
 """The measuring loop: warm-up, adaptive repetitions, device-correct timing, drift reference.
 
-Each *sample* is ``iters`` back-to-back calls of the step timed by the backend
-(CUDA events on CUDA; synchronize + host clock elsewhere) divided by ``iters``,
+Each *sample* is ``iters`` back-to-back calls of the step divided by ``iters``,
 where ``iters`` is chosen so one sample lasts at least ``min_sample_time`` (so
-timer resolution and launch jitter do not dominate short steps). Samples are
-taken until the 95% confidence half-width of the median is below
-``target_precision`` of the median (after at least ``min_samples``), or until
-the ``max_time`` budget runs out, which is reported.
+timer resolution and launch jitter do not dominate short steps). How a sample is
+timed (``TimingResult.method``):
 
-When the backend offers a reference workload, one reference sample is taken
-right after each step sample; ``normalized`` holds step/reference ratios, which
-cancel drift of the machine's speed (see :mod:`pytest_gpuperf.compare`).
+* ``events``: the backend's ``time_block`` (CUDA events on CUDA; synchronize + host clock elsewhere);
+* ``cuda_graph``: on CUDA, steps shorter than ``graph_threshold`` are captured ``iters`` times into a
+  CUDA graph whose replays are timed, so launch overhead does not swamp them (fallback: ``events``);
+* ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache and is
+  timed alone.
+
+Sampling stops at the first of (``TimingResult.stop``):
+
+* ``decided``: a :class:`~pytest_gpuperf.decision.StopRule` (the baseline and tolerance) says the
+  uncertainty is small enough to decide (like nvbench's noise criterion, but against the baseline);
+* ``precise``: no baseline to decide against, and the judged quantile's 95% half-width is below
+  ``target_precision``;
+* ``max_samples``; or ``budget``: ``max_time`` ran out (reported as ``budget_exhausted`` when undecided).
+
+The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``).
+When a reference workload is given (a :class:`~pytest_gpuperf.reference.Probe`), one reference sample
+is timed right after each step sample; ``normalized`` holds the step samples divided by the run's
+reference quantile, which cancels drift of the machine's speed between runs (see
+:mod:`pytest_gpuperf.compare`).
 """
 
 from __future__ import annotations
@@ -19,10 +32,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+
+GRAPH_MODES = ("auto", "on", "off")
+#: The statistic judged and stored as a time metric's value: this quantile of the per-step samples.
+#: Noise from preemption and contention only ever slows a sample down, so a low quantile tracks the
+#: step's own speed where the median swings with the neighbours' load (docs/PERFORMANCE.md has the
+#: figures); on a quiet GPU it is within noise of the median.
+STAT_QUANTILE = 0.2
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,9 @@ class MeasureConfig:
     max_time: float = 2.0
     target_precision: float = 0.01
     use_reference: bool = True
+    l2_flush: bool = False
+    cuda_graph: str = "auto"
+    graph_threshold: float = 100e-6
 
 
 @dataclass
@@ -51,11 +74,50 @@ class TimingResult:
     elapsed: float = 0.0
     budget_exhausted: bool = False
     precision: float = float("nan")
+    method: str = "events"
+    method_note: str = ""
+    reference: str = ""
+    stop: str = ""
 
     @property
     def median(self) -> float:
         """Median seconds per step."""
         return _median(self.samples)
+
+    @property
+    def typical(self) -> float:
+        """The judged statistic: the :data:`STAT_QUANTILE` quantile of seconds per step."""
+        return quantile(self.samples, STAT_QUANTILE)
+
+    def renormalize(self) -> None:
+        """``normalized`` = each step sample / the run's reference quantile (drift of the whole run cancels)."""
+        if self.reference_samples:
+            ref = quantile(self.reference_samples, STAT_QUANTILE)
+            self.normalized = [s / ref for s in self.samples] if ref > 0 else []
+
+    def summary(self) -> dict[str, object]:
+        """JSON-able facts about how the timing was taken (for a metric's ``extra``)."""
+        out: dict[str, object] = {
+            "iters_per_sample": self.iters_per_sample,
+            "precision": self.precision,
+            "budget_exhausted": self.budget_exhausted,
+            "method": self.method,
+            "stop": self.stop,
+            "measure_seconds": round(self.elapsed, 4),
+        }
+        if self.reference:
+            out["reference"] = self.reference
+        if self.method_note:
+            out["method_note"] = self.method_note
+        return out
+
+
+class StopCheck(Protocol):
+    """Says whether the samples so far suffice to decide against the baseline."""
+
+    def decided(self, result: TimingResult) -> bool:
+        """True when more samples would not change the decision."""
+        ...
 
 
 def _median(values: list[float]) -> float:
@@ -64,35 +126,89 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def median_precision(samples: list[float]) -> float:
-    """Relative 95% half-width of the median, from order statistics (distribution-free).
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` with linear interpolation (numpy's default method)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
-    The ranks ``n/2 -+ 1.96 sqrt(n)/2`` bound the median with ~95% confidence.
+
+def quantile_precision(samples: list[float], q: float = STAT_QUANTILE) -> float:
+    """Relative 95% half-width of the ``q`` quantile, from order statistics (distribution-free).
+
+    The ranks ``n q -+ 1.96 sqrt(n q (1 - q))`` bound the quantile with ~95% confidence.
     """
     n = len(samples)
     if n < 3:
         return float("inf")
     ordered = sorted(samples)
-    half = 1.96 * math.sqrt(n) / 2.0
-    lo = max(0, int(math.floor(n / 2.0 - half)))
-    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
-    med = _median(samples)
-    if med <= 0:
+    half = 1.96 * math.sqrt(n * q * (1.0 - q))
+    lo = max(0, math.floor(n * q - half))
+    hi = min(n - 1, math.ceil(n * q + half))
+    center = quantile(samples, q)
+    if center <= 0:
         return float("inf")
-    return (ordered[hi] - ordered[lo]) / (2.0 * med)
+    return (ordered[hi] - ordered[lo]) / (2.0 * center)
 
 
-def _calibrate(backend: Backend, fn: Callable[[], object], min_sample_time: float) -> int:
-    """Iterations per sample so that one sample lasts at least ``min_sample_time``."""
+def spread_subset(values: list[float], keep: int = 30) -> list[float]:
+    """``keep`` evenly spaced order statistics of ``values`` (all of them, sorted, when fewer).
+
+    A baseline keeps a few dozen samples per metric; the first ``keep`` of a long
+    run would over-represent its start, evenly spaced quantiles keep its shape.
+    """
+    ordered = sorted(values)
+    if len(ordered) <= keep:
+        return ordered
+    step = (len(ordered) - 1) / (keep - 1)
+    return [ordered[round(i * step)] for i in range(keep)]
+
+
+def median_precision(samples: list[float]) -> float:
+    """Relative 95% half-width of the median (order statistics)."""
+    return quantile_precision(samples, 0.5)
+
+
+def _calibrate(time_iters: Callable[[int], float], min_sample_time: float) -> tuple[int, float]:
+    """Iterations per sample so that one sample lasts at least ``min_sample_time``; also seconds per call."""
     iters = 1
     while True:
-        elapsed = backend.time_block(fn, iters)
+        elapsed = time_iters(iters)
         if elapsed >= min_sample_time or iters >= 1 << 20:
-            return iters
+            return iters, elapsed / iters
         if elapsed <= 0:
             iters *= 10
         else:
-            iters = max(iters + 1, int(math.ceil(iters * min_sample_time * 1.2 / elapsed)))
+            iters = max(iters + 1, math.ceil(iters * min_sample_time * 1.2 / elapsed))
+
+
+def _sampler(
+    backend: Backend, step: Callable[[], object], config: MeasureConfig, result: TimingResult
+) -> tuple[Callable[[], float], Callable[[], None]]:
+    """Choose the timing method; return (take one per-call sample, release resources)."""
+    if config.l2_flush and backend.runs_torch:
+        from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
+
+        flusher = L2Flusher(backend.device())
+        iters, _ = _calibrate(lambda n: time_flushed(backend, step, n, flusher), config.min_sample_time)
+        result.iters_per_sample, result.method = iters, "l2_flush"
+        return (lambda: time_flushed(backend, step, iters, flusher) / iters), (lambda: None)
+    iters, per_call = _calibrate(lambda n: backend.time_block(step, n), config.min_sample_time)
+    result.iters_per_sample = iters
+    short = per_call < config.graph_threshold or config.cuda_graph == "on"
+    if backend.name == "cuda" and config.cuda_graph != "off" and short:
+        from pytest_gpuperf.cuda_graph import capture
+
+        timer, reason = capture(step, iters)
+        if timer is not None:
+            result.method, result.iters_per_sample = "cuda_graph", timer.iters
+            return (lambda: timer.time() / timer.iters), timer.close
+        result.method_note = f"CUDA graph capture failed ({reason}); timed event loops instead"
+    return (lambda: backend.time_block(step, iters) / iters), (lambda: None)
 
 
 def measure_time(
@@ -100,38 +216,52 @@ def measure_time(
     step: Callable[[], object],
     config: MeasureConfig,
     reference: Callable[[], object] | None = None,
+    stop_rule: StopCheck | None = None,
 ) -> TimingResult:
-    """Warm up, then sample the step (interleaved with ``reference`` when given) adaptively."""
+    """Warm up, then sample the step (interleaved with ``reference`` when given) adaptively.
+
+    ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the
+    verdict is clear; without it sampling stops at ``target_precision``.
+    """
     started = time.perf_counter()
-    warmup_calls = 0
-    while warmup_calls < config.min_warmup_calls or time.perf_counter() - started < config.warmup_time:
+    result = TimingResult(samples=[])
+    while result.warmup_calls < config.min_warmup_calls or time.perf_counter() - started < config.warmup_time:
         backend.time_block(step, 1)
-        warmup_calls += 1
+        result.warmup_calls += 1
         if time.perf_counter() - started > config.max_time / 2:
             break
-    iters = _calibrate(backend, step, config.min_sample_time)
+    take_sample, release = _sampler(backend, step, config, result)
     ref_iters = 0
     if reference is not None and config.use_reference:
+        result.reference = str(getattr(reference, "name", "reference"))
         backend.time_block(reference, 1)
-        ref_iters = _calibrate(backend, reference, config.min_sample_time / 2)
-    result = TimingResult(samples=[], iters_per_sample=iters, warmup_calls=warmup_calls)
+        ref_iters, _ = _calibrate(lambda n: backend.time_block(reference, n), config.min_sample_time / 2)
     loop_start = time.perf_counter()
-    while True:
-        sample = backend.time_block(step, iters) / iters
-        result.samples.append(sample)
-        if ref_iters:
-            ref = backend.time_block(reference, ref_iters) / ref_iters  # type: ignore[arg-type]
-            result.reference_samples.append(ref)
-            if ref > 0:
-                result.normalized.append(sample / ref)
-        n = len(result.samples)
-        if n >= config.min_samples:
-            result.precision = median_precision(result.samples)
-            if result.precision <= config.target_precision or n >= config.max_samples:
+    try:
+        while True:
+            sample = take_sample()
+            result.samples.append(sample)
+            if ref_iters:
+                ref = backend.time_block(reference, ref_iters) / ref_iters  # type: ignore[arg-type]
+                result.reference_samples.append(ref)
+                result.renormalize()
+            n = len(result.samples)
+            if n >= config.min_samples:
+                result.precision = quantile_precision(result.samples)
+                if stop_rule is not None and stop_rule.decided(result):
+                    result.stop = "decided"
+                elif stop_rule is None and result.precision <= config.target_precision:
+                    result.stop = "precise"
+                elif n >= config.max_samples:
+                    result.stop = "max_samples"
+                if result.stop:
+                    break
+            if time.perf_counter() - loop_start > config.max_time:
+                result.stop = "budget"
+                result.precision = quantile_precision(result.samples)
+                result.budget_exhausted = True  # undecided (or imprecise) when the time ran out
                 break
-        if time.perf_counter() - loop_start > config.max_time:
-            result.budget_exhausted = n < config.min_samples or result.precision > config.target_precision
-            result.precision = median_precision(result.samples)
-            break
+    finally:
+        release()
     result.elapsed = time.perf_counter() - started
     return result

@@ -32,6 +32,8 @@ OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--gpuperf-precision", "float", 0.01, "stop sampling when the median's 95% half-width is below this fraction"),
     ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
+    ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
+    ("--gpuperf-cuda-graph", "str", "auto", "time short CUDA steps as graph replays: auto (< 100 us), on, off"),
 ]
 
 
@@ -120,6 +122,17 @@ def selected_backends(config: pytest.Config) -> list[str]:
         raise pytest.UsageError(f"--gpuperf-backend: {exc}") from None
 
 
+def _graph_mode(value: str) -> str:
+    from pytest_gpuperf.measure import GRAPH_MODES
+
+    mode = value.strip().lower() or "auto"
+    if mode not in GRAPH_MODES:
+        raise pytest.UsageError(
+            f"--gpuperf-cuda-graph / gpuperf_cuda_graph: expected one of {', '.join(GRAPH_MODES)}, got {value!r}"
+        )
+    return mode
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
     """Read every option once; raises ``pytest.UsageError`` for bad values."""
     baselines = Path(get_option(config, "--gpuperf-baselines"))
@@ -130,6 +143,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
         min_samples=get_option(config, "--gpuperf-min-samples"),
         target_precision=get_option(config, "--gpuperf-precision"),
         use_reference=not get_option(config, "--gpuperf-no-reference"),
+        l2_flush=get_option(config, "--gpuperf-l2-flush"),
+        cuda_graph=_graph_mode(get_option(config, "--gpuperf-cuda-graph")),
     )
     return Settings(
         enabled=get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update"),

@@ -1,0 +1,77 @@
+"""CUDA-graph timing of short steps: launch overhead off the clock.
+
+A step of a few microseconds launched from Python spends longer in the host's
+launch path than on the GPU, so a loop of launches times the host, not the
+kernel. Capturing ``iters`` calls into one CUDA graph and timing its replay with
+CUDA events leaves only the GPU's own work (and the graph's small inter-node
+gaps). Capture fails for steps that synchronize with the host (``.item()``,
+printing a tensor), that use non-capturable ops, or that allocate in ways the
+graph pool cannot serve; :func:`capture` then returns None with the reason and
+the caller falls back to event-timed launch loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: At most this many step calls are captured in one graph (keeps capture time and memory small).
+MAX_GRAPH_CALLS = 1000
+
+
+class GraphTimer:
+    """A captured graph of ``iters`` step calls; :meth:`time` replays it once between CUDA events."""
+
+    def __init__(self, graph: Any, iters: int) -> None:
+        self.graph = graph
+        self.iters = iters
+
+    def time(self) -> float:
+        """Seconds one replay of the whole graph (``iters`` calls) took on the GPU."""
+        import torch
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def close(self) -> None:
+        """Free the graph and its private memory pool (so later peak-memory readings are not inflated)."""
+        import torch
+
+        torch.cuda.synchronize()
+        self.graph.reset()
+        self.graph = None
+
+
+def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, str]:
+    """Capture ``iters`` (capped at :data:`MAX_GRAPH_CALLS`) calls of ``step``; (None, reason) when it cannot."""
+    import torch
+
+    iters = max(1, min(iters, MAX_GRAPH_CALLS))
+    graph = torch.cuda.CUDAGraph()
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                step()
+        torch.cuda.synchronize()
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any capture failure means "time it the usual way"
+        try:
+            graph.reset()
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a failed capture may leave nothing to reset
+            pass
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return GraphTimer(graph, iters), ""

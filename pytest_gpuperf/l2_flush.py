@@ -1,0 +1,64 @@
+"""Cold-cache timing: write a buffer larger than the last-level cache before each timed call.
+
+Steps that re-read the same small tensors run from L2 (GPU) or L3 (CPU) after
+the first call, which flatters them against a real model where other work
+evicts the cache between calls. With ``--gpuperf-l2-flush`` each call is
+preceded by a write of a buffer twice the cache size and timed on its own; on
+CUDA the flush kernel is still running when the step is launched, so the step's
+start event does not include the launch gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
+
+#: Fallback cache size when the device does not report one.
+DEFAULT_CACHE_BYTES = 64 * 2**20
+
+
+def cache_bytes(device: Any) -> int:
+    """The last-level cache size of ``device`` in bytes (CUDA: L2; CPU: the largest /sys cache index)."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        size = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+        return size or DEFAULT_CACHE_BYTES
+    from pathlib import Path
+
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else DEFAULT_CACHE_BYTES
+
+
+class L2Flusher:
+    """Writes a buffer of twice the cache size on the step's device (a new value each time)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.nbytes = 2 * cache_bytes(device)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.float32, device=device)
+        self._value = 0.0
+
+    def __call__(self) -> None:
+        """Overwrite the whole buffer (queued on the device's stream; not waited for)."""
+        self._value = self._value % 1000.0 + 1.0
+        self.buffer.fill_(self._value)
+
+
+def time_flushed(backend: Backend, step: Callable[[], object], iters: int, flush: Callable[[], None]) -> float:
+    """Seconds of ``iters`` calls of ``step``, each after a cache flush and timed alone (flush excluded)."""
+    total = 0.0
+    for _ in range(iters):
+        flush()
+        total += backend.time_block(step, 1)
+    return total

@@ -1,0 +1,144 @@
+"""The measuring loop on the real CPU backend: stop reasons, drift normalization, cold-cache timing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_gpuperf.backends.cpu import CpuBackend
+from pytest_gpuperf.decision import stop_rule_for
+from pytest_gpuperf.measure import (
+    STAT_QUANTILE,
+    MeasureConfig,
+    TimingResult,
+    measure_time,
+    quantile,
+    quantile_precision,
+    spread_subset,
+)
+from pytest_gpuperf.reference import COPY, MATMUL, ProbeSet, choose_probe, count_flops
+
+
+@pytest.fixture(scope="module")
+def cpu() -> CpuBackend:
+    """The CPU backend (always available)."""
+    return CpuBackend()
+
+
+@pytest.fixture(scope="module")
+def matmul_step():
+    """A 96x96 fp32 matmul on random data: a real step of ~0.1 ms."""
+    a = torch.randn(96, 96)
+    b = torch.randn(96, 96)
+    return lambda: a @ b
+
+
+def test_quantile_matches_numpy_linear_interpolation():
+    values = list(np.random.default_rng(0).lognormal(size=37))
+    for q in (0.0, 0.1, STAT_QUANTILE, 0.5, 0.9, 1.0):
+        assert quantile(values, q) == pytest.approx(float(np.quantile(values, q)))
+
+
+def test_quantile_precision_shrinks_with_more_samples_and_is_infinite_below_three():
+    rng = np.random.default_rng(1)
+    few = list(1.0 + 0.05 * rng.standard_normal(20))
+    many = list(1.0 + 0.05 * rng.standard_normal(2000))
+    assert quantile_precision(many) < quantile_precision(few) / 3
+    assert quantile_precision([1.0, 2.0]) == float("inf")
+
+
+def test_spread_subset_keeps_the_extremes_and_evenly_spaced_order_statistics():
+    values = [float(v) for v in range(100, 0, -1)]
+    kept = spread_subset(values, keep=10)
+    assert len(kept) == 10 and kept[0] == 1.0 and kept[-1] == 100.0
+    assert kept == sorted(kept)
+    assert spread_subset([3.0, 1.0, 2.0], keep=10) == [1.0, 2.0, 3.0]
+
+
+def test_without_a_baseline_sampling_stops_when_precise_or_reports_the_budget(cpu, matmul_step):
+    config = MeasureConfig(max_time=0.5, min_samples=5, target_precision=0.5, min_sample_time=0.001)
+    result = measure_time(cpu, matmul_step, config)
+    assert result.stop == "precise" and not result.budget_exhausted
+    assert len(result.samples) >= 5 and result.typical > 0 and result.method == "events"
+    strict = MeasureConfig(max_time=0.2, min_samples=5, target_precision=1e-9, min_sample_time=0.001)
+    exhausted = measure_time(cpu, matmul_step, strict)
+    assert exhausted.stop in ("budget", "max_samples")
+    assert exhausted.budget_exhausted == (exhausted.stop == "budget")
+
+
+def test_reference_samples_are_interleaved_and_normalize_by_the_runs_reference_quantile(cpu, matmul_step):
+    probes = ProbeSet.for_backend(cpu)
+    config = MeasureConfig(max_time=0.4, min_samples=6, target_precision=0.5, min_sample_time=0.001)
+    result = measure_time(cpu, matmul_step, config, probes.get(MATMUL))
+    assert result.reference == MATMUL
+    assert len(result.reference_samples) == len(result.samples) == len(result.normalized)
+    ref = quantile(result.reference_samples, STAT_QUANTILE)
+    assert result.normalized == pytest.approx([s / ref for s in result.samples])
+    assert result.summary()["reference"] == MATMUL
+
+
+def test_a_baseline_stop_rule_ends_sampling_once_the_verdict_is_clear(cpu, matmul_step):
+    config = MeasureConfig(max_time=1.0, min_samples=6, target_precision=1e-9, min_sample_time=0.001)
+    first = measure_time(cpu, matmul_step, config)
+    rule = stop_rule_for({"value": first.typical, "samples": first.samples}, 10.0, "")  # huge tolerance
+    assert rule is not None
+    second = measure_time(cpu, matmul_step, config, stop_rule=rule)
+    assert second.stop == "decided" and len(second.samples) == config.min_samples
+
+
+def test_l2_flush_times_each_call_after_writing_a_buffer_larger_than_the_cache(cpu, matmul_step):
+    config = MeasureConfig(max_time=0.3, min_samples=4, target_precision=0.5, min_sample_time=0.001, l2_flush=True)
+    result = measure_time(cpu, matmul_step, config)
+    assert result.method == "l2_flush" and len(result.samples) >= 4
+    assert result.typical > 0
+
+
+def _result(samples: list[float], normalized: list[float] | None = None) -> TimingResult:
+    return TimingResult(samples=samples, normalized=normalized or [])
+
+
+def test_stop_rule_is_decided_when_clearly_within_or_clearly_past_the_tolerance():
+    rng = np.random.default_rng(2)
+    base = list(1.0 + 0.01 * rng.standard_normal(30))
+    rule = stop_rule_for({"value": 1.0, "samples": base}, 0.05, "")
+    assert rule is not None
+    assert rule.decided(_result(list(1.0 + 0.01 * rng.standard_normal(20))))  # same speed
+    assert rule.decided(_result(list(1.3 + 0.01 * rng.standard_normal(20))))  # 30% slower
+    wide = list(1.03 * (1.0 + 0.2 * np.abs(rng.standard_normal(20))))  # near the limit, very noisy
+    assert not rule.decided(_result(wide))
+
+
+def test_stop_rule_for_throughput_reads_run_times_as_items_per_second():
+    base = [1000.0 / t for t in (0.010, 0.0101, 0.0099, 0.0100, 0.0102)]
+    rule = stop_rule_for({"value": 100000.0, "samples": base, "better": "higher"}, 0.05, "", items=1000.0)
+    assert rule is not None
+    assert rule.run_values(_result([0.01, 0.02]), normalized=False) == pytest.approx([100000.0, 50000.0])
+    assert rule.decided(_result([0.02] * 10))  # half the throughput: clearly past
+
+
+def test_stop_rule_uses_normalized_ratios_only_for_the_same_probe():
+    entry = {"value": 1.0, "samples": [1.0] * 5, "normalized": [2.0] * 5, "reference": COPY}
+    same = stop_rule_for(entry, 0.05, COPY)
+    other = stop_rule_for(entry, 0.05, MATMUL)
+    assert same is not None and other is not None
+    assert [c.normalized for c in same.comparisons] == [False, True]
+    assert [c.normalized for c in other.comparisons] == [False]
+
+
+def test_probe_choice_follows_the_steps_achieved_fraction_of_each_probe():
+    rates = {"flop_rate": 1e11, "bandwidth": 1e10}
+    assert choose_probe(1e-3, flops=5e7, bytes_moved=1e6, rates=rates) == MATMUL  # 50% of FLOPs, 10% of B/s
+    assert choose_probe(1e-3, flops=1e6, bytes_moved=8e6, rates=rates) == COPY  # 1% of FLOPs, 80% of B/s
+    assert choose_probe(1e-3, flops=5e7, bytes_moved=None, rates=rates) == MATMUL
+    assert choose_probe(1e-3, flops=None, bytes_moved=None, rates=rates) == COPY
+
+
+def test_cpu_probes_are_random_and_rated_and_flops_are_counted(cpu, matmul_step):
+    probes = ProbeSet.for_backend(cpu)
+    assert set(probes.probes) == {MATMUL, COPY}
+    rates = probes.rates()
+    assert rates["flop_rate"] > 1e8 and rates["bandwidth"] > 1e8
+    assert count_flops(matmul_step) == 2 * 96**3
+    chosen = probes.choose(1e-4, None, None, matmul_step)
+    assert chosen is not None and chosen.name in (MATMUL, COPY)
