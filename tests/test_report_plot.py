@@ -29,11 +29,14 @@ def test_points_come_from_flop_rate_and_bandwidth_when_the_profiling_metrics_are
                 _verdict("step.flop_rate", 4e14),
                 _verdict("step.bandwidth", 2e12),
                 _verdict("prefill.time", 0.002, "unchanged"),  # a step without FLOPs or bytes: no point
+                _verdict("norm.bandwidth", 1e12),  # bytes but no FLOPs: listed under the plot instead
             ],
         },
     )
     roofs = DeviceRoofs()
-    [point] = step_points(record, roofs)
+    unplaced: list[str] = []
+    [point] = step_points(record, roofs, unplaced)
+    assert unplaced == ["gemm[cuda]:norm: 0 FLOPs counted, 1 TB/s"]
     assert point.intensity == pytest.approx(200.0) and point.flop_rate == 4e14
     assert point.status == "regression" and point.label == "gemm[cuda]"
     assert roofs.compute == {} and roofs.bandwidth is None

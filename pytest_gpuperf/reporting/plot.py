@@ -72,8 +72,12 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def step_points(record: TestRecord, roofs: DeviceRoofs) -> list[RooflinePoint]:
-    """The roofline points of one test's steps (and the roofs their extras carry, added to ``roofs``)."""
+def step_points(record: TestRecord, roofs: DeviceRoofs, unplaced: list[str] | None = None) -> list[RooflinePoint]:
+    """The roofline points of one test's steps (and the roofs their extras carry, added to ``roofs``).
+
+    Steps with bytes but no counted FLOPs cannot sit on a log-log roofline; they are
+    described in ``unplaced`` (with their bandwidth) instead.
+    """
     steps: dict[str, dict[str, dict[str, Any]]] = {}
     for verdict in record.verdicts:
         step, metric = split_metric(verdict["metric"])
@@ -95,6 +99,14 @@ def step_points(record: TestRecord, roofs: DeviceRoofs) -> list[RooflinePoint]:
         if flop_rate is None and intensity and bandwidth:
             flop_rate = intensity * bandwidth
         if not intensity or not flop_rate:
+            achieved = bandwidth or (
+                float(extras["bytes"]) / float(extras["seconds"])
+                if _number(extras.get("bytes")) and _number(extras.get("seconds"))
+                else None
+            )
+            if unplaced is not None and achieved:
+                name = RooflinePoint(record.nodeid, step, 0.0, 0.0, "info").label
+                unplaced.append(f"{name}: 0 FLOPs counted, {_si(achieved, 'B/s')}")
             continue
         status = worst_status(v["status"] for v in metrics.values())
         bound = metrics.get("bound", {}).get("value")
@@ -211,7 +223,14 @@ def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
         placed.append(chosen)
 
 
-def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: DeviceRoofs, subtitle: str = "") -> Path:
+def draw_roofline(
+    path: Path,
+    title: str,
+    points: list[RooflinePoint],
+    roofs: DeviceRoofs,
+    subtitle: str = "",
+    unplaced: list[str] | None = None,
+) -> Path:
     """Draw one device's roofline PNG at ``path``; raises :class:`PlotUnavailable` without matplotlib."""
     try:
         import matplotlib
@@ -265,7 +284,9 @@ def draw_roofline(path: Path, title: str, points: list[RooflinePoint], roofs: De
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.08)
     ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
-    fig.tight_layout()
+    if unplaced:
+        fig.text(0.01, 0.005, "not on the plot: " + "; ".join(unplaced), fontsize=8, color="#555555", wrap=True)
+    fig.tight_layout(rect=(0, 0.03 if unplaced else 0, 1, 1))
     _label_points(fig, ax, points)
     if roofs.bandwidth:  # after the layout: the label's angle follows the slope on screen
         _slope_label(ax, x_lo * 1.6, roofs.bandwidth, f"memory roof {_si(roofs.bandwidth, 'B/s')}")
@@ -289,7 +310,8 @@ def write_rooflines(
     notes: list[str] = []
     for key, group in sorted(by_device.items()):
         roofs = DeviceRoofs()
-        points = [p for r in group for p in step_points(r, roofs)]
+        unplaced: list[str] = []
+        points = [p for r in group for p in step_points(r, roofs, unplaced)]
         fingerprint = group[0].fingerprint
         cached_roofs(root, fingerprint, roofs)
         if not points:
@@ -302,5 +324,6 @@ def write_rooflines(
         if not roofs.compute:
             subtitle += " - roofs not measured yet (the profiling feature measures them)"
         title = f"Roofline: {describe(fingerprint)} ({fingerprint.get('backend', '?')})"
-        written.append(draw_roofline(directory / f"roofline-{key}.png", title, points, roofs, subtitle))
+        path = directory / f"roofline-{key}.png"
+        written.append(draw_roofline(path, title, points, roofs, subtitle, unplaced))
     return written, notes
