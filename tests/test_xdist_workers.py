@@ -101,6 +101,9 @@ def test_single(gpuperf, i):
 @pytest.mark.gpuperf_distributed(world_size=2)
 def test_allreduce(gpuperf):
     raise AssertionError("a distributed test must not run on an xdist worker")
+
+def test_script_on_ranks(gpuperf, gpuperf_torchrun):
+    raise AssertionError("a torchrun test must not run on an xdist worker")
 """
 
 
@@ -110,7 +113,7 @@ def test_each_worker_is_pinned_before_conftests_load_and_distributed_tests_stay_
     pytester.makeconftest(PINNED_CONFTEST)
     pytester.makepyfile(test_pinned=PINNED_TESTS)
     result = pytester.runpytest("-n", "3", "--gpuperf", *fast_args, "--gpuperf-worker-gpus", "5,7", "-rs")
-    result.assert_outcomes(passed=6, skipped=1)
+    result.assert_outcomes(passed=6, skipped=2)
     pins = {p.stem.removeprefix("pin-"): p.read_text() for p in pytester.path.glob("pin-gw*.txt")}
     assert pins == {"gw0": "5", "gw1": "7", "gw2": "5"}
     result.stdout.fnmatch_lines(

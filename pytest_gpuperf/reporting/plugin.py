@@ -104,13 +104,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker under ``--gpuperf``, skip distributed perf tests (they need every GPU)."""
+    """On an xdist worker under ``--gpuperf``, skip distributed perf tests (they need every GPU).
+
+    Distributed means marked ``gpuperf_distributed`` or using the ``gpuperf_torchrun`` fixture.
+    """
     if not _is_worker(config) or config.stash.get(SESSION_KEY, None) is None:
         return
-    from pytest_gpuperf.reporting.xdist_gpus import DISTRIBUTED_MARKER, DISTRIBUTED_SKIP
+    from pytest_gpuperf.reporting.xdist_gpus import DISTRIBUTED_SKIP, is_distributed
 
     for item in items:
-        if item.get_closest_marker(DISTRIBUTED_MARKER) is not None:
+        if is_distributed(item.get_closest_marker, getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.skip(reason=DISTRIBUTED_SKIP))
 
 

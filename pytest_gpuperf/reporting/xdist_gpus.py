@@ -8,7 +8,8 @@ variable :data:`ENV_GPUS` (workers inherit the controller's environment). Each w
 ``pytest_load_initial_conftests``, before conftests or test modules are imported and so
 before torch can initialise CUDA.
 
-Distributed perf tests (``@pytest.mark.gpuperf_distributed``) need every GPU and would
+Distributed perf tests (``@pytest.mark.gpuperf_distributed``, or using the ``gpuperf_torchrun``
+fixture) need every GPU and would
 collide with the single-GPU tests other workers run at the same time; under xdist they
 are skipped with a reason saying to run them in their own invocation without ``-n``.
 """
@@ -17,15 +18,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 
 #: Controller -> workers: the comma-separated GPU indices/UUIDs workers are pinned to.
 ENV_GPUS = "GPUPERF_XDIST_GPUS"
 DISTRIBUTED_MARKER = "gpuperf_distributed"
+#: Fixtures that start ranks of their own (through torchrun).
+DISTRIBUTED_FIXTURES = ("gpuperf_torchrun",)
 DISTRIBUTED_SKIP = (
     "distributed perf tests need every GPU and would collide with the single-GPU tests other pytest-xdist workers "
     "run; run them in their own invocation without -n: pytest --gpuperf -m gpuperf_distributed"
 )
+
+
+def is_distributed(closest_marker: Callable[[str], object], fixturenames: Iterable[str]) -> bool:
+    """True for a test that starts several ranks: marked ``gpuperf_distributed`` or using ``gpuperf_torchrun``."""
+    return closest_marker(DISTRIBUTED_MARKER) is not None or any(f in DISTRIBUTED_FIXTURES for f in fixturenames)
 
 
 def worker_index(worker_id: str) -> int | None:
