@@ -76,7 +76,7 @@ def world_size_problem(backend: str, world_size: int) -> str | None:
 
         count = torch.cuda.device_count()
         if world_size > count:
-            return f"world_size={world_size} needs {world_size} CUDA GPUs (one per rank); this machine has {count}"
+            return f"world_size={world_size} needs {world_size} CUDA GPU(s) (one per rank); this machine has {count}"
     return None
 
 

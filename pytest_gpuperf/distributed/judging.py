@@ -31,6 +31,6 @@ def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
     """Imbalance is as noisy as time on this backend: judge it with the backend's time tolerance."""
     if handle is None or handle.session is None:
         return None
-    options = handle.options
-    default = handle.session.settings.time_tolerance_for(handle.backend.name)
-    return float(options.get("time_tolerance", options.get("tolerance", default)))
+    from pytest_gpuperf.results import KIND_TIME, Metric
+
+    return float(handle.session.tolerance_for(handle, Metric("imbalance.time", 0.0, "s", kind=KIND_TIME)))

@@ -60,8 +60,8 @@ def _manager(config: pytest.Config) -> PoolManager:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip, with the reason, a distributed test whose world does not fit this machine (never hang)."""
-    if item.get_closest_marker("gpuperf_distributed") is None:
-        return
+    if item.get_closest_marker("gpuperf_distributed") is None or item.get_closest_marker("skip") is not None:
+        return  # not distributed, or already skipped with its own reason (backend absent)
     from pytest_gpuperf.distributed.env import world_size_problem
     from pytest_gpuperf.distributed.runner import spec_for
 
