@@ -9,9 +9,10 @@
   gets a bootstrap 95% confidence interval; a change is a regression only when
   the point estimate is past the tolerance *and* the interval excludes "no
   change". When both sides also carry drift-normalized samples (step time /
-  the run's reference-probe time) taken with the same probe, the normalized
-  ratio is judged as well and a regression must show in both: a uniformly
-  slower machine (raw only) or a noisy probe (normalized only) does not fail;
+  the run's reference-probe time) taken with the same probe, and the probe
+  shows the machine's speed changed by more than half the tolerance, the
+  drift-corrected ratio is judged instead of the raw one: a uniformly slower
+  machine does not fail, and on a steady machine the probe adds no noise;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction.
 """
@@ -150,26 +151,40 @@ def _estimate(run: Sequence[float], base: Sequence[float], q: float, fallback: f
     return RatioEstimate(fallback, fallback, fallback)
 
 
+#: The probe must show the machine's speed changed by more than this fraction of the tolerance before the
+#: drift-corrected ratio replaces the raw one (below it the probe would only add its own noise).
+DRIFT_GATE_FRACTION = 0.5
+#: Fewest drift-normalized samples on each side for the drift correction to be trusted.
+MIN_NORMALIZED = 5
+
+
+def drift_gate(tolerance: float) -> float:
+    """Machine-speed change (probe ratio) beyond which the drift-corrected ratio is judged."""
+    return 1.0 + DRIFT_GATE_FRACTION * tolerance
+
+
 def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, where: str) -> Verdict:
     base_value = float(entry["value"])
     q = judged_quantile(metric.better)
     point = float(metric.value) / base_value if base_value else float("inf")
-    raw = _estimate(metric.samples, entry.get("samples") or [], q, point)
-    status = _status(raw.ratio, raw.low, raw.high, metric.better, tolerance)
-    shown = raw
-    extra = f", 95% CI {format_change(raw.low)}..{format_change(raw.high)}"
+    shown = _estimate(metric.samples, entry.get("samples") or [], q, point)
+    extra = f", 95% CI {format_change(shown.low)}..{format_change(shown.high)}"
     reference = str(metric.extra.get("reference", LEGACY_REFERENCE if metric.normalized else ""))
-    if len(metric.normalized) >= 3 and normalized_comparable(reference, entry):
+    enough = min(len(metric.normalized), len(entry.get("normalized") or [])) >= MIN_NORMALIZED
+    if enough and normalized_comparable(reference, entry):
         norm = ratio_of_quantiles(metric.normalized, entry["normalized"], q)
-        norm_status = _status(norm.ratio, norm.low, norm.high, metric.better, tolerance)
-        shown = norm
-        extra = (
-            f", 95% CI {format_change(norm.low)}..{format_change(norm.high)} drift-corrected by the "
-            f"{reference} probe; raw {format_change(raw.ratio)}"
-        )
-        if norm_status != status:
-            extra += f" (raw says {status}, drift-corrected says {norm_status}: not counted)"
-            status = "unchanged"
+        drift = shown.ratio / norm.ratio  # (run probe time / baseline probe time), in the metric's direction
+        speed = drift if metric.better == "lower" else 1.0 / drift
+        gate = drift_gate(tolerance)
+        if speed > gate or speed < 1.0 / gate:
+            extra = (
+                f", 95% CI {format_change(norm.low)}..{format_change(norm.high)} drift-corrected: the {reference} "
+                f"probe ran {format_change(speed)} against the baseline; raw {format_change(shown.ratio)}"
+            )
+            shown = norm
+        else:
+            extra += f"; {reference} probe {format_change(speed)}, within the drift gate"
+    status = _status(shown.ratio, shown.low, shown.high, metric.better, tolerance)
     if metric.extra.get("budget_exhausted"):
         extra += f"; undecided when the {metric.extra.get('measure_seconds', '?')} s budget ran out"
     return Verdict(

@@ -5,16 +5,16 @@ regression gate needs something sharper: enough samples that the verdict
 against *this* baseline and *this* tolerance is clear. With ``r`` the ratio of
 the judged quantiles (run / baseline, oriented so > 1 is worse), ``h`` the
 combined relative 95% half-width of both (order statistics, distribution-free)
-and ``t`` the tolerance, one comparison is *clear* when
+and ``t`` the tolerance, sampling stops when
 
 * ``r (1 + h) < 1 + t``: clearly within tolerance (the common case: stops early), or
-* ``r (1 - h) > 1 + t``: clearly past it (judged, then confirmed by a second measurement).
+* ``r (1 - h) > 1 + t``: clearly past it (judged, then confirmed by a second measurement), or
+* the run's own half-width is below ``t / 4`` (more samples cannot sharpen a borderline case),
 
-The raw times and (when the baseline has them for the same probe) the
-drift-normalized ones are both judged, and a regression needs both, so sampling
-stops when either is clearly within tolerance, or both are clearly past it, or
-the run's own half-width is below ``t / 4`` (more samples cannot sharpen a
-borderline case); otherwise at the time budget, which the verdict then reports.
+otherwise at the time budget, which the verdict then reports. ``r`` is read
+from the raw times, or from the drift-normalized ones when the probe shows the
+machine's speed moved past the drift gate, exactly as :mod:`pytest_gpuperf.compare`
+will judge them.
 """
 
 from __future__ import annotations
@@ -24,36 +24,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.compare import judged_quantile, normalized_comparable
+from pytest_gpuperf.compare import MIN_NORMALIZED, drift_gate, judged_quantile, normalized_comparable
 from pytest_gpuperf.measure import TimingResult, quantile, quantile_precision
 
 #: Stop on precision alone once the run's statistic is known to this fraction of the tolerance.
 PRECISION_FRACTION = 0.25
-WITHIN, PAST, UNCLEAR = "within", "past", "unclear"
-
-
-@dataclass
-class Comparison:
-    """One series of baseline values (raw or normalized) and how to read the run in the same terms."""
-
-    base: Sequence[float]
-    normalized: bool
 
 
 @dataclass
 class StopRule:
     """Decides, after each sample, whether the verdict against the baseline is already clear."""
 
-    comparisons: list[Comparison]
+    base: Sequence[float]
     tolerance: float
     better: str = "lower"
     items: float | None = None  # throughput metrics: value = items / seconds
+    base_normalized: Sequence[float] = ()
 
     def __post_init__(self) -> None:
         self._q = judged_quantile(self.better)
-        self._base = [
-            (quantile(list(c.base), self._q), quantile_precision(list(c.base), self._q)) for c in self.comparisons
-        ]
+        self._raw = (quantile(list(self.base), self._q), quantile_precision(list(self.base), self._q))
+        norm = list(self.base_normalized)
+        self._norm = (quantile(norm, self._q), quantile_precision(norm, self._q)) if norm else None
 
     def run_values(self, result: TimingResult, normalized: bool) -> list[float]:
         """The run's samples in the baseline's terms (normalized or raw; time or throughput)."""
@@ -63,43 +55,35 @@ class StopRule:
         scale = 1.0 if normalized else self.items
         return [scale / v for v in values if v > 0]
 
-    def _state(self, run: list[float], base_stat: float, base_precision: float) -> tuple[str, float]:
-        if len(run) < 3 or base_stat <= 0:
-            return UNCLEAR, float("inf")
-        stat = quantile(run, self._q)
-        if stat <= 0:
-            return UNCLEAR, float("inf")
-        ratio = stat / base_stat
+    def decided(self, result: TimingResult) -> bool:
+        """True when more samples would not change the verdict."""
+        run = self.run_values(result, normalized=False)
+        base_stat, base_precision = self._raw
+        if len(run) < 3 or base_stat <= 0 or quantile(run, self._q) <= 0:
+            return False
+        ratio = quantile(run, self._q) / base_stat
+        if self._norm is not None and len(result.normalized) >= MIN_NORMALIZED:
+            norm = self.run_values(result, normalized=True)
+            norm_ratio = quantile(norm, self._q) / self._norm[0]
+            speed = ratio / norm_ratio if self.better == "lower" else norm_ratio / ratio
+            gate = drift_gate(self.tolerance)
+            if speed > gate or speed < 1.0 / gate:
+                run, ratio, base_precision = norm, norm_ratio, self._norm[1]
         worse = ratio if self.better == "lower" else 1.0 / ratio
         run_precision = quantile_precision(run, self._q)
         half = math.hypot(run_precision, base_precision)
         limit = 1.0 + self.tolerance
-        if worse * (1.0 + half) < limit:
-            return WITHIN, run_precision
-        if worse * (1.0 - half) > limit:
-            return PAST, run_precision
-        return UNCLEAR, run_precision
-
-    def decided(self, result: TimingResult) -> bool:
-        """True when more samples would not change the verdict."""
-        states = []
-        for comparison, (base_stat, base_precision) in zip(self.comparisons, self._base, strict=True):
-            states.append(self._state(self.run_values(result, comparison.normalized), base_stat, base_precision))
-        if any(state == WITHIN for state, _ in states) or all(state == PAST for state, _ in states):
+        if worse * (1.0 + half) < limit or worse * (1.0 - half) > limit:
             return True
-        return max(precision for _, precision in states) <= self.tolerance * PRECISION_FRACTION
+        return run_precision <= self.tolerance * PRECISION_FRACTION
 
 
 def stop_rule_for(
     entry: dict[str, Any] | None, tolerance: float, reference: str, items: float | None = None
 ) -> StopRule | None:
     """The stop rule for a time (``items`` None) or throughput metric's baseline ``entry``; None without one."""
-    if not entry:
+    if not entry or len(entry.get("samples") or []) < 3:
         return None
     better = str(entry.get("better", "lower" if items is None else "higher"))
-    comparisons = []
-    if len(entry.get("samples") or []) >= 3:
-        comparisons.append(Comparison(entry["samples"], False))
-    if normalized_comparable(reference, entry):
-        comparisons.append(Comparison(entry["normalized"], True))
-    return StopRule(comparisons, tolerance, better, items) if comparisons else None
+    normalized = entry["normalized"] if normalized_comparable(reference, entry) else ()
+    return StopRule(entry["samples"], tolerance, better, items, normalized)

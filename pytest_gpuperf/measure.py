@@ -6,6 +6,8 @@ timer resolution and launch jitter do not dominate short steps). How a sample is
 timed (``TimingResult.method``):
 
 * ``events``: the backend's ``time_block`` (CUDA events on CUDA; synchronize + host clock elsewhere);
+* ``thread_cpu``: on the CPU backend with one intra-op thread, the calling thread's CPU time, so slices
+  the scheduler gave to other processes are not counted (``cpu_clock``);
 * ``cuda_graph``: on CUDA, steps shorter than ``graph_threshold`` are captured ``iters`` times into a
   CUDA graph whose replays are timed, so launch overhead does not swamp them (fallback: ``events``);
 * ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache and is
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
 GRAPH_MODES = ("auto", "on", "off")
+CPU_CLOCKS = ("auto", "thread", "wall")
 #: The statistic judged and stored as a time metric's value: this quantile of the per-step samples.
 #: Noise from preemption and contention only ever slows a sample down, so a low quantile tracks the
 #: step's own speed where the median swings with the neighbours' load (docs/PERFORMANCE.md has the
@@ -60,6 +63,7 @@ class MeasureConfig:
     l2_flush: bool = False
     cuda_graph: str = "auto"
     graph_threshold: float = 100e-6
+    cpu_clock: str = "auto"
 
 
 @dataclass
@@ -186,18 +190,44 @@ def _calibrate(time_iters: Callable[[int], float], min_sample_time: float) -> tu
             iters = max(iters + 1, math.ceil(iters * min_sample_time * 1.2 / elapsed))
 
 
+TimeBlock = Callable[[Callable[[], object], int], float]
+
+
+def thread_time_block(step: Callable[[], object], iters: int) -> float:
+    """CPU seconds the calling thread spent in ``iters`` calls (time other processes took is not counted)."""
+    start = time.thread_time()
+    for _ in range(iters):
+        step()
+    return time.thread_time() - start
+
+
+def block_timer(backend: Backend, config: MeasureConfig) -> tuple[TimeBlock, str]:
+    """The clock of the loop: the backend's ``time_block``, or the thread's CPU time on a one-thread CPU.
+
+    On a CPU shared with other jobs, wall time counts the slices the scheduler gave
+    to them; with one intra-op thread every op of the step runs in the calling
+    thread, so its CPU time is the step's own cost (``cpu_clock``: auto, thread, wall).
+    """
+    if backend.name == "cpu" and config.cpu_clock != "wall":
+        import torch
+
+        if config.cpu_clock == "thread" or torch.get_num_threads() == 1:
+            return thread_time_block, "thread_cpu"
+    return backend.time_block, "events"
+
+
 def _sampler(
-    backend: Backend, step: Callable[[], object], config: MeasureConfig, result: TimingResult
+    backend: Backend, step: Callable[[], object], config: MeasureConfig, result: TimingResult, timer: TimeBlock
 ) -> tuple[Callable[[], float], Callable[[], None]]:
     """Choose the timing method; return (take one per-call sample, release resources)."""
     if config.l2_flush and backend.runs_torch:
         from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
 
         flusher = L2Flusher(backend.device())
-        iters, _ = _calibrate(lambda n: time_flushed(backend, step, n, flusher), config.min_sample_time)
+        iters, _ = _calibrate(lambda n: time_flushed(timer, step, n, flusher), config.min_sample_time)
         result.iters_per_sample, result.method = iters, "l2_flush"
-        return (lambda: time_flushed(backend, step, iters, flusher) / iters), (lambda: None)
-    iters, per_call = _calibrate(lambda n: backend.time_block(step, n), config.min_sample_time)
+        return (lambda: time_flushed(timer, step, iters, flusher) / iters), (lambda: None)
+    iters, per_call = _calibrate(lambda n: timer(step, n), config.min_sample_time)
     result.iters_per_sample = iters
     short = per_call < config.graph_threshold or config.cuda_graph == "on"
     if backend.name == "cuda" and config.cuda_graph != "off" and short:
@@ -208,7 +238,7 @@ def _sampler(
             result.method, result.iters_per_sample = "cuda_graph", timer.iters
             return (lambda: timer.time() / timer.iters), timer.close
         result.method_note = f"CUDA graph capture failed ({reason}); timed event loops instead"
-    return (lambda: backend.time_block(step, iters) / iters), (lambda: None)
+    return (lambda: timer(step, iters) / iters), (lambda: None)
 
 
 def measure_time(
@@ -224,25 +254,26 @@ def measure_time(
     verdict is clear; without it sampling stops at ``target_precision``.
     """
     started = time.perf_counter()
-    result = TimingResult(samples=[])
+    timer, clock = block_timer(backend, config)
+    result = TimingResult(samples=[], method=clock)
     while result.warmup_calls < config.min_warmup_calls or time.perf_counter() - started < config.warmup_time:
-        backend.time_block(step, 1)
+        timer(step, 1)
         result.warmup_calls += 1
         if time.perf_counter() - started > config.max_time / 2:
             break
-    take_sample, release = _sampler(backend, step, config, result)
+    take_sample, release = _sampler(backend, step, config, result, timer)
     ref_iters = 0
     if reference is not None and config.use_reference:
         result.reference = str(getattr(reference, "name", "reference"))
-        backend.time_block(reference, 1)
-        ref_iters, _ = _calibrate(lambda n: backend.time_block(reference, n), config.min_sample_time / 2)
+        timer(reference, 1)
+        ref_iters, _ = _calibrate(lambda n: timer(reference, n), config.min_sample_time / 2)
     loop_start = time.perf_counter()
     try:
         while True:
             sample = take_sample()
             result.samples.append(sample)
             if ref_iters:
-                ref = backend.time_block(reference, ref_iters) / ref_iters  # type: ignore[arg-type]
+                ref = timer(reference, ref_iters) / ref_iters  # type: ignore[arg-type]
                 result.reference_samples.append(ref)
                 result.renormalize()
             n = len(result.samples)

@@ -2,7 +2,7 @@
 
 A run must be timed the way its baseline was, or the comparison is between two
 different things: the plan reuses the baseline's drift probe and its timing
-method (CUDA graph or event loops) when the baseline names them, and otherwise
+method (CUDA graph or event loops; thread CPU time or wall time) when the baseline names them, and otherwise
 picks the same-kind probe for the step (:mod:`pytest_gpuperf.reference`). The
 stop rule (:mod:`pytest_gpuperf.decision`) comes from the judged metric's
 baseline entry and tolerance.
@@ -72,8 +72,12 @@ def plan_measure(
         probe = probes.get(wanted) if wanted else None
         if probe is None:
             probe = probes.choose(_quick_seconds(handle, step), flops, bytes_moved, step)
-    if entry and config.cuda_graph == "auto" and not config.l2_flush and "method" in entry:
-        config = replace(config, cuda_graph="on" if entry["method"] == "cuda_graph" else "off")
+    if entry and "method" in entry and not config.l2_flush:
+        method = str(entry["method"])
+        if config.cuda_graph == "auto":
+            config = replace(config, cuda_graph="on" if method == "cuda_graph" else "off")
+        if config.cpu_clock == "auto":
+            config = replace(config, cpu_clock="thread" if method == "thread_cpu" else "wall")
     kind = KIND_TIME if items is None else KIND_THROUGHPUT
     tolerance = session.tolerance_for(handle, Metric(judged, 0.0, "", kind=kind))
     rule = stop_rule_for(entry, tolerance, probe.name if probe else "", items)

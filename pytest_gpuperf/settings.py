@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.measure import MeasureConfig
+from pytest_gpuperf.measure import CPU_CLOCKS, GRAPH_MODES, MeasureConfig
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -34,6 +34,12 @@ OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
     ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
     ("--gpuperf-cuda-graph", "str", "auto", "time short CUDA steps as graph replays: auto (< 100 us), on, off"),
+    (
+        "--gpuperf-cpu-clock",
+        "str",
+        "auto",
+        "CPU backend clock: thread (CPU time), wall, auto (thread if 1 torch thread)",
+    ),
 ]
 
 
@@ -122,14 +128,10 @@ def selected_backends(config: pytest.Config) -> list[str]:
         raise pytest.UsageError(f"--gpuperf-backend: {exc}") from None
 
 
-def _graph_mode(value: str) -> str:
-    from pytest_gpuperf.measure import GRAPH_MODES
-
-    mode = value.strip().lower() or "auto"
-    if mode not in GRAPH_MODES:
-        raise pytest.UsageError(
-            f"--gpuperf-cuda-graph / gpuperf_cuda_graph: expected one of {', '.join(GRAPH_MODES)}, got {value!r}"
-        )
+def _choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
+    mode = value.strip().lower() or choices[0]
+    if mode not in choices:
+        raise pytest.UsageError(f"{flag} / {ini_name(flag)}: expected one of {', '.join(choices)}, got {value!r}")
     return mode
 
 
@@ -144,7 +146,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
         target_precision=get_option(config, "--gpuperf-precision"),
         use_reference=not get_option(config, "--gpuperf-no-reference"),
         l2_flush=get_option(config, "--gpuperf-l2-flush"),
-        cuda_graph=_graph_mode(get_option(config, "--gpuperf-cuda-graph")),
+        cuda_graph=_choice(get_option(config, "--gpuperf-cuda-graph"), "--gpuperf-cuda-graph", GRAPH_MODES),
+        cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),
     )
     return Settings(
         enabled=get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update"),

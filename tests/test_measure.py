@@ -122,8 +122,31 @@ def test_stop_rule_uses_normalized_ratios_only_for_the_same_probe():
     same = stop_rule_for(entry, 0.05, COPY)
     other = stop_rule_for(entry, 0.05, MATMUL)
     assert same is not None and other is not None
-    assert [c.normalized for c in same.comparisons] == [False, True]
-    assert [c.normalized for c in other.comparisons] == [False]
+    assert list(same.base_normalized) == [2.0] * 5 and not other.base_normalized
+
+
+def test_stop_rule_reads_drift_corrected_times_when_the_probe_shows_the_machine_slowed():
+    rng = np.random.default_rng(3)
+    base = list(1.0 + 0.002 * rng.standard_normal(30))
+    rule = stop_rule_for({"value": 1.0, "samples": base, "normalized": [b / 0.5 for b in base]}, 0.05, MATMUL)
+    assert rule is not None
+    at_limit = list(1.03 * (1.0 + 0.1 * np.abs(rng.standard_normal(20))))  # raw: right at the 5% limit, noisy
+    assert not rule.decided(_result(at_limit, [s / 0.5 for s in at_limit]))  # probe steady: undecided
+    assert rule.decided(_result(at_limit, [s / 0.6 for s in at_limit]))  # probe 20% slower: clearly within
+
+
+def test_the_cpu_clock_is_the_threads_cpu_time_with_one_torch_thread(cpu, matmul_step):
+    config = MeasureConfig(max_time=0.2, min_samples=4, target_precision=0.5, min_sample_time=0.001)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert measure_time(cpu, matmul_step, config).method == "thread_cpu"
+        wall = MeasureConfig(max_time=0.2, min_samples=4, target_precision=0.5, cpu_clock="wall")
+        assert measure_time(cpu, matmul_step, wall).method == "events"
+    finally:
+        torch.set_num_threads(threads)
+    if threads > 1:
+        assert measure_time(cpu, matmul_step, config).method == "events"
 
 
 def test_probe_choice_follows_the_steps_achieved_fraction_of_each_probe():
