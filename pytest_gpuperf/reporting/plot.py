@@ -172,6 +172,18 @@ _LABEL_SPOTS = [
 ]
 
 
+#: More points than this: only regressions, changed bounds and improvements get a label (the rest stay unlabelled).
+MAX_LABELS = 30
+
+
+def labelled_points(points: list[RooflinePoint]) -> list[RooflinePoint]:
+    """The points that get a text label, regressions first; all of them when there are few."""
+    ordered = sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity))
+    if len(ordered) <= MAX_LABELS:
+        return ordered
+    return [p for p in ordered if p.status in ("regression", "changed", "improvement")][:MAX_LABELS]
+
+
 def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
     """Label each point where its text overlaps no earlier label and stays inside the axes."""
     renderer = fig.canvas.get_renderer()
@@ -182,7 +194,7 @@ def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
     for point in points:  # markers are obstacles too
         x, y = ax.transData.transform((point.intensity, point.flop_rate))
         placed.append(Bbox.from_extents(x - 8, y - 8, x + 8, y + 8))
-    for point in sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity)):
+    for point in labelled_points(points):
         bad = point.status in ("regression", "changed")
         text = point.label + (f"\n{point.bound}" if point.bound else "")
         chosen = None
