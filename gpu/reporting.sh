@@ -24,18 +24,18 @@ $PY -c "import torch, matplotlib; print('torch', torch.__version__, 'matplotlib'
 cat "$W/env.txt"
 
 stamp "A: record baselines (base branch)"
-timeout 70 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf-update -q > "$W/A_record.log" 2>&1
+timeout 50 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf-update -q > "$W/A_record.log" 2>&1
 echo "A exit $?"; tail -n 3 "$W/A_record.log"
 git -C "$REPO" init -q -b main && git -C "$REPO" add -A \
   && git -C "$REPO" -c user.name=ci -c user.email=ci@example.com commit -q -m "base baselines"
 
 stamp "B: judge with every report"
 export GITHUB_STEP_SUMMARY="$W/step_summary.md"
-timeout 60 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -rs \
+timeout 45 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -rs \
   --gpuperf-json "$W/report.json" --gpuperf-markdown "$W/summary.md" --gpuperf-plot "$W/plots" \
   --junitxml "$W/junit.xml" > "$W/B_judge.log" 2>&1
 echo "B exit $?"; sed -n '/gpuperf reports/,$p' "$W/B_judge.log" | head -12
-timeout 30 $PY -m pytest_benchmark compare "$W/report.json" > "$W/B_benchmark_compare.txt" 2>&1
+timeout 15 $PY -m pytest_benchmark compare "$W/report.json" > "$W/B_benchmark_compare.txt" 2>&1
 echo "pytest-benchmark compare exit $?"; head -n 8 "$W/B_benchmark_compare.txt"
 unset GITHUB_STEP_SUMMARY
 
@@ -53,12 +53,12 @@ del tests[names[-1]]  # a test dropped from the gate
 path.write_text(yaml.safe_dump(data))
 print("edited", path.name, "loosened", names[0], "removed", names[-1])
 EOF
-timeout 60 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -q --gpuperf-baseline-ref HEAD \
+timeout 40 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -q --gpuperf-baseline-ref HEAD \
   --gpuperf-json "$W/ref_report.json" --gpuperf-markdown "$W/ref_summary.md" > "$W/C_ref.log" 2>&1
 echo "C exit $?"; sed -n '/baseline changes against/,/gpuperf reports/p' "$W/C_ref.log" | head -12
 
 stamp "D: pytest-xdist -n 2 on one GPU"
-timeout 60 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -n 2 -k "not minillm" \
+timeout 30 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -n 2 -k "not minillm" \
   --gpuperf-json "$W/xdist_report.json" > "$W/D_xdist.log" 2>&1
 echo "D exit $?"; sed -n '/gpuperf reports/,$p' "$W/D_xdist.log" | head -8
 

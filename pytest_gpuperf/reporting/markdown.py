@@ -61,6 +61,12 @@ def _rows(record: TestRecord, only_judged: bool) -> list[str]:
     return rows
 
 
+def _relative(path: str) -> str:
+    """``path`` relative to the current folder when it lies below it (shorter in a PR comment)."""
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if relative.startswith("..") else relative
+
+
 def _fingerprint_lines(devices: list[dict[str, Any]]) -> list[str]:
     from pytest_gpuperf.fingerprint import describe
 
@@ -70,7 +76,7 @@ def _fingerprint_lines(devices: list[dict[str, Any]]) -> list[str]:
         software = ", ".join(f"{k} {fp[k]}" for k in ("driver", "runtime", "torch") if fp.get(k))
         line = f"- **{describe(fp)}** ({fp.get('backend', '?')}, {fp.get('memory_gib', '?')} GiB"
         line += f"; {software})" if software else ")"
-        line += f": baseline file `{device.get('baseline_file')}`"
+        line += f": baseline file `{_relative(str(device.get('baseline_file')))}`"
         changes = device.get("software_changes") or []
         if changes:
             line += f"; software differs from the baseline: {'; '.join(changes)}"
