@@ -142,3 +142,39 @@ def test_under_an_outer_torchrun_the_body_runs_in_place_and_rank0_writes_the_bas
     assert path.name.endswith("-ws2.yaml")
     metrics = yaml.safe_load(path.read_text())["tests"]["test_inplace.py::test_in_place[cpu]"]
     assert {"rank0.step.peak_memory", "rank1.step.peak_memory", "step.throughput"} <= set(metrics)
+
+
+LOCKSTEP = """
+import random
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.gpuperf_distributed(world_size=2, timeout=60)
+def test_collective_step_with_noise_on_one_rank(gpuperf, gpuperf_rank):
+    x = torch.randn(64)
+    rng = random.Random(gpuperf_rank.rank)
+
+    def step():
+        if gpuperf_rank.rank == 1:  # noisy samples on rank 1 only: alone, its precision would stop it later
+            end = time.perf_counter() + rng.uniform(0, 0.004)
+            while time.perf_counter() < end:
+                pass
+        dist.all_reduce(x)
+        x.div_(2)
+
+    gpuperf.measure(step)
+"""
+
+
+def test_a_step_with_collectives_is_called_equally_often_on_every_rank(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    """Each rank deciding alone when to stop sampling left the other waiting in all_reduce (a hang)."""
+    pytester.makepyfile(test_lockstep=LOCKSTEP)
+    result = pytester.runpytest("--gpuperf", "-rA", *fast_args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*rank1.step: time*", "*imbalance*"])

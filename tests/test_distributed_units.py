@@ -134,3 +134,26 @@ def test_pool_outcome_is_broken_by_any_fault_or_a_dirty_rank_but_not_by_skips() 
     assert PoolOutcome(hung=[1]).broken and PoolOutcome(died=[0]).broken
     assert skip_reason({0: RankResult(0, "skip", traceback="no data"), 1: RankResult(1, "skip")}) == "no data"
     assert skip_reason({0: RankResult(0, "skip"), 1: RankResult(1, "ok")}) is None
+
+
+def test_lockstep_config_replaces_every_clock_decision_by_a_count_all_ranks_share() -> None:
+    from pytest_gpuperf.distributed.lockstep import lockstep_config
+    from pytest_gpuperf.measure import MeasureConfig
+
+    base = MeasureConfig(max_time=1.0, min_samples=10, max_samples=200, warmup_time=0.05, cpu_clock="auto")
+    config = lockstep_config(base, seconds_per_call=0.04)
+    assert (config.warmup_time, config.max_time, config.cpu_clock, config.cuda_graph) == (
+        0.0,
+        float("inf"),
+        "wall",
+        "off",
+    )
+    assert config.max_samples == 25  # the 1 s budget at 40 ms per call
+    assert lockstep_config(base, seconds_per_call=0.5).max_samples == 10  # never fewer than min_samples
+    assert lockstep_config(base, seconds_per_call=1e-6).max_samples == 200  # short steps: max_samples, as before
+
+
+def test_agree_max_outside_a_process_group_is_the_rank_s_own_value() -> None:
+    from pytest_gpuperf.distributed.lockstep import agree_max
+
+    assert agree_max(0.25, "cpu") == 0.25

@@ -2,8 +2,9 @@
 
 Used by the pool worker (:mod:`.worker`) and by in-place runs under an outer
 launch (:mod:`.inplace`). Metrics are measured with the core's own
-:meth:`GpuPerf.measure` and collected, not judged: judging happens in the pytest
-process (or on rank 0), against the baseline of the whole world.
+:meth:`GpuPerf.measure` (in lockstep across ranks, see :mod:`.lockstep`) and collected,
+not judged: judging happens in the pytest process (or on rank 0), against the
+baseline of the whole world.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend) -> RankResult:
     """Run ``task``'s body on this rank and return its metrics or its failure (never raises)."""
     import pytest
 
-    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.distributed.lockstep import LockstepGpuPerf
 
     started = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
@@ -159,7 +160,7 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend) -> RankResult:
         func = resolve_function(task)
         kwargs = dict(task.kwargs)
         if "gpuperf" in task.wants:
-            kwargs["gpuperf"] = GpuPerf(task.node_id, backend, collector, dict(task.gpuperf_options))
+            kwargs["gpuperf"] = LockstepGpuPerf(task.node_id, backend, collector, dict(task.gpuperf_options))
         if "gpuperf_rank" in task.wants:
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:
