@@ -55,7 +55,7 @@ class MeasureConfig:
     warmup_time: float = 0.05
     min_warmup_calls: int = 2
     min_sample_time: float = 0.002
-    min_samples: int = 10
+    min_samples: int = 30
     max_samples: int = 200
     max_time: float = 2.0
     target_precision: float = 0.01

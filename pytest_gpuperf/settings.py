@@ -28,7 +28,7 @@ OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--gpuperf-cpu-time-tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU backend"),
     ("--gpuperf-memory-tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)"),
     ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds"),
-    ("--gpuperf-min-samples", "int", 10, "least samples per measure() call"),
+    ("--gpuperf-min-samples", "int", 30, "least samples per measure() call"),
     ("--gpuperf-precision", "float", 0.01, "stop sampling when the median's 95% half-width is below this fraction"),
     ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
