@@ -45,8 +45,8 @@ CPU = DEVICE == "cpu"
 
 
 def _randn(*shape, dtype, seed):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)  # generated on the device: fast for 2^26 elements
+    return torch.randn(*shape, generator=gen, device=DEVICE, dtype=dtype)
 
 
 def _grown(step, like_numel, dtype):

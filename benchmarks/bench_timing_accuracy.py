@@ -38,10 +38,10 @@ def build_ops() -> dict[str, Callable[[], object]]:
     import torch
     import torch.nn.functional as F
 
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
 
     def randn(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to("cuda", dtype)
+        return torch.randn(*shape, generator=gen, device="cuda", dtype=dtype)
 
     a8, b8 = randn(8192, 8192), randn(8192, 8192)
     a4, b4 = randn(4096, 4096), randn(4096, 4096)
@@ -110,8 +110,14 @@ def ncu_times(names: list[str], out_dir: Path) -> dict[str, float]:
         "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw", "--print-units", "base",
         "--log-file", str(log), sys.executable, __file__, "--ncu-child",
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, timeout=240)
-    kernels = parse_ncu_csv(log.read_text())
+    proc = subprocess.run(cmd, check=False, timeout=240, capture_output=True, text=True)
+    (out_dir / "ncu_stdout.txt").write_text(proc.stdout + proc.stderr)
+    text = log.read_text() if log.exists() else ""
+    if '"ID"' not in text:  # some ncu versions print the CSV to stdout even with --log-file
+        text = proc.stdout
+    if proc.returncode != 0 or '"ID"' not in text:
+        raise RuntimeError(f"ncu failed (exit {proc.returncode}); see {out_dir / 'ncu_stdout.txt'}")
+    kernels = parse_ncu_csv(text)
     segments: list[list[tuple[str, float]]] = []
     for name, seconds in kernels:
         if any(word in name.lower() for word in MARKER_WORDS):
@@ -173,7 +179,13 @@ def main() -> None:
     ops = build_ops()
     started = time.perf_counter()
     have_ncu = shutil.which("ncu") is not None and not args.skip_ncu
-    reference = ncu_times(list(ops), out_dir) if have_ncu else {}
+    reference: dict[str, float] = {}
+    if have_ncu:
+        try:
+            reference = ncu_times(list(ops), out_dir)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"ncu reference unavailable: {exc}; comparing against torch.utils.benchmark")
+            have_ncu = False
     rows = []
     for name, fn in ops.items():
         for _ in range(3):

@@ -29,7 +29,7 @@ OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--gpuperf-memory-tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)"),
     ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds"),
     ("--gpuperf-min-samples", "int", 30, "least samples per measure() call"),
-    ("--gpuperf-precision", "float", 0.01, "stop sampling when the median's 95% half-width is below this fraction"),
+    ("--gpuperf-precision", "float", 0.01, "with no baseline, stop when the judged quantile's 95% half-width < this"),
     ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
     ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
