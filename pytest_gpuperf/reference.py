@@ -47,8 +47,9 @@ class Probe:
 def _random(shape: tuple[int, ...], device: Any, seed: int) -> Any:
     import torch
 
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(*shape, generator=gen).to(device)
+    where = "cuda" if getattr(device, "type", "cpu") == "cuda" else "cpu"  # generate on the GPU: fast
+    gen = torch.Generator(device=where).manual_seed(seed)
+    return torch.randn(*shape, generator=gen, device=where).to(device)
 
 
 def build_probes(backend: Backend) -> dict[str, Probe]:
@@ -64,10 +65,11 @@ def build_probes(backend: Backend) -> dict[str, Probe]:
     a = _random((size, size), device, 1234)
     b = _random((size, size), device, 1235)
     c = torch.empty_like(a)
-    # Larger than the last-level cache: 32 MiB per tensor on CPUs (L3 is 32 MiB here), 256 MiB on GPUs (H200 L2
-    # is 60 MiB). Neither probe allocates: on the CPU a fresh large output costs page faults whose price swings
-    # with the neighbours' load far more than the arithmetic does (docs/PERFORMANCE.md).
-    elements = (8 if on_cpu else 64) * 2**20
+    # Larger than the last-level cache: 32 MiB per tensor on CPUs (L3 is 32 MiB here), 64 MiB on GPUs (H200 L2
+    # is 60 MiB); on CUDA the probes stay allocated during the session, so they count in every peak-memory
+    # reading (about 180 MiB). Neither probe allocates: on the CPU a fresh large output costs page faults whose
+    # price swings with the neighbours' load far more than the arithmetic does (docs/PERFORMANCE.md).
+    elements = (8 if on_cpu else 16) * 2**20
     src = _random((elements,), device, 1236)
     dst = src.clone()
 
