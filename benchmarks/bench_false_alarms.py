@@ -331,24 +331,24 @@ def main() -> None:
             "seconds": [],
         }
     )
+    # Conditions take turns (unchanged, slower 2%, ... then again) so each gets runs before a --deadline and
+    # slow drift of the machine hits all of them alike.
+    schedule = [(c, env, i, runs) for i in range(max(r for _, _, r in plan)) for c, env, runs in plan if i < runs]
     with open(out_dir / "observations.jsonl", "w", encoding="utf-8") as sink:
-        for condition, env_extra, runs in plan:
-            for index in range(runs):
-                if args.deadline and time.perf_counter() - started > args.deadline:
-                    print(f"deadline: skipping the rest of {condition!r}", flush=True)
-                    break
-                dump = root / f"dump-{condition.replace(' ', '_').replace('%', '')}-{index}.jsonl"
-                output, wall = run_pytest(root, args.device, {**reps_env, **env_extra}, compare, dump)
-                (logs / f"{dump.stem}.log").write_text(output)
-                if "error" in output.lower() and "passed" not in output and "failed" not in output:
-                    print(output[-3000:])
-                    raise SystemExit(f"pytest run for {condition!r} errored")
-                for obs in tally_run(condition, read_dump(dump), output, args.reps, tally):
-                    sink.write(json.dumps({**obs, "run": index, "wall": wall}) + "\n")
-                print(
-                    f"[{time.perf_counter() - started:6.0f} s] {condition} run {index + 1}/{runs} ({wall:.1f} s)",
-                    flush=True,
-                )
+        for condition, env_extra, index, runs in schedule:
+            if args.deadline and time.perf_counter() - started > args.deadline:
+                print(f"deadline: {condition!r} run {index + 1} and later runs skipped", flush=True)
+                break
+            dump = root / f"dump-{condition.replace(' ', '_').replace('%', '')}-{index}.jsonl"
+            output, wall = run_pytest(root, args.device, {**reps_env, **env_extra}, compare, dump)
+            (logs / f"{dump.stem}.log").write_text(output)
+            if "error" in output.lower() and "passed" not in output and "failed" not in output:
+                print(output[-3000:])
+                raise SystemExit(f"pytest run for {condition!r} errored")
+            for obs in tally_run(condition, read_dump(dump), output, args.reps, tally):
+                sink.write(json.dumps({**obs, "run": index, "wall": wall}) + "\n")
+            elapsed = time.perf_counter() - started
+            print(f"[{elapsed:6.0f} s] {condition} run {index + 1}/{runs} ({wall:.1f} s)", flush=True)
     note = "time tolerance 25% on cpu, 5% on gpus; memory 5%"
     text = print_table(tally, [c for c, _, _ in plan], note)
     observations = [json.loads(line) for line in (out_dir / "observations.jsonl").read_text().splitlines()]
