@@ -233,10 +233,10 @@ def _sampler(
     if backend.name == "cuda" and config.cuda_graph != "off" and short:
         from pytest_gpuperf.cuda_graph import capture
 
-        timer, reason = capture(step, iters)
-        if timer is not None:
-            result.method, result.iters_per_sample = "cuda_graph", timer.iters
-            return (lambda: timer.time() / timer.iters), timer.close
+        graph, reason = capture(step, iters)
+        if graph is not None:
+            result.method, result.iters_per_sample = "cuda_graph", graph.iters
+            return (lambda: graph.time() / graph.iters), graph.close
         result.method_note = f"CUDA graph capture failed ({reason}); timed event loops instead"
     return (lambda: timer(step, iters) / iters), (lambda: None)
 
