@@ -52,8 +52,9 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
     import torch
 
     iters = max(1, min(iters, MAX_GRAPH_CALLS))
-    graph = torch.cuda.CUDAGraph()
+    graph = None
     try:
+        graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
@@ -69,7 +70,8 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - any capture failure means "time it the usual way"
         try:
-            graph.reset()
+            if graph is not None:
+                graph.reset()
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - a failed capture may leave nothing to reset
             pass
