@@ -24,6 +24,8 @@ def test_linear_fp16_forward_backward(gpuperf):
     x = _randn(batch, dim, device=gpuperf.device, dtype=dtype).requires_grad_(True)
 
     def step():
+        layer.zero_grad(set_to_none=True)  # a fresh backward each step, as in training (no fp16 accumulation)
+        x.grad = None
         y = layer(x)
         y.sum().backward()
         return y
