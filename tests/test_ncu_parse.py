@@ -152,3 +152,56 @@ def test_bound_names_normalise_and_bad_ones_name_the_choices() -> None:
     assert normalize_bound("Memory_Bound") == MEMORY_BOUND
     with pytest.raises(ValueError, match="'memory', 'compute', 'latency'"):
         normalize_bound("io")
+
+
+# The perf suite's own region captures from `gpu/profiling.sh` on the H200 (2026-11-29, `--gpuperf-ncu`: SOL metrics
+# around one bracketed call of the step), kept as ncu wrote them.
+
+
+def test_the_suite_matmul_capture_is_one_saturating_gemm() -> None:
+    text = load("h200_large_matmul_step_raw.csv")
+    assert unavailable_reason(text) is None
+    [kernel] = parse_raw(text, "h200_large_matmul_step_raw.csv")
+    assert kernel.name == "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
+    assert kernel.duration_s == pytest.approx(1.383168e-3)
+    assert (kernel.sm_pct, kernel.memory_pct, kernel.dram_pct) == pytest.approx((93.49, 94.65, 20.75))
+    assert kernel.dram_bytes == pytest.approx(1_381_126_144)
+    assert kernel.grid == "(2, 66, 1)"
+    # 2 * 8192^3 FLOPs in 1.383 ms: ~795 TFLOP/s, within 2% of the 781 TFLOP/s bf16 roof the suite measured
+    assert 2 * 8192**3 / kernel.duration_s == pytest.approx(781e12, rel=0.02)
+    verdict = classify_kernels([kernel])
+    assert verdict.bound == COMPUTE_BOUND and verdict.rule.startswith("seed table")
+
+
+def test_the_suite_layernorm_softmax_capture_is_compute_bound_by_sol_though_it_moves_memory() -> None:
+    layer_norm, softmax = parse_raw(load("h200_layernorm_softmax_step_raw.csv"))
+    assert layer_norm.short_name().startswith("void unnamed>::vectorized_layer_norm_kernel<BFloat16")
+    assert softmax.short_name().startswith("void unnamed>::cunn_SoftMaxForwardReg<BFloat16")
+    assert layer_norm.duration_s == pytest.approx(103.232e-6)
+    assert softmax.duration_s == pytest.approx(210.752e-6)
+    assert (layer_norm.sm_pct, layer_norm.memory_pct, layer_norm.dram_pct) == pytest.approx((77.37, 54.67, 50.44))
+    assert (softmax.sm_pct, softmax.memory_pct, softmax.dram_pct) == pytest.approx((76.35, 26.90, 24.72))
+    # each reads and writes one 16384x4096 bf16 tensor: 2 x 128 MiB, within 8% of what DRAM counted
+    for kernel in (layer_norm, softmax):
+        assert kernel.dram_bytes == pytest.approx(2 * 16384 * 4096 * 2, rel=0.08)
+    verdict = classify_kernels([layer_norm, softmax])
+    assert verdict.bound == COMPUTE_BOUND and verdict.rule.startswith("seed table")
+    assert (verdict.sm_pct, verdict.memory_pct, verdict.dram_pct) == pytest.approx((76.69, 36.03, 33.18), abs=0.01)
+
+
+def test_the_suite_linear_fp16_capture_lists_every_kernel_of_one_forward_backward() -> None:
+    kernels = parse_raw(load("h200_linear_fp16_step_raw.csv"))
+    assert len(kernels) == 11
+    gemms = [k for k in kernels if k.name.startswith("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA")]
+    assert [k.name.rsplit("_", 1)[-1] for k in gemms] == ["TNT", "NNT", "NNT"]  # forward (with bias), two backward
+    assert [round(k.duration_s * 1e9) for k in gemms] == [46784, 42848, 47520]
+    assert [k.sm_pct for k in gemms] == pytest.approx([82.25, 82.98, 75.62])
+    assert [k.dram_pct for k in gemms] == pytest.approx([19.74, 21.53, 14.42])
+    # the largest add (the 4096x4096 weight-gradient accumulation of that run) is the one DRAM-heavy kernel
+    add = max((k for k in kernels if "CUDAFunctor_add" in k.name), key=lambda k: k.duration_s)
+    assert add.duration_s == pytest.approx(23.072e-6)
+    assert (add.sm_pct, add.dram_pct) == pytest.approx((15.33, 72.27))
+    assert sum(k.duration_s for k in kernels) == pytest.approx(201.600e-6)  # 11 kernels, 201.6 us of device time
+    verdict = classify_kernels(kernels)
+    assert verdict.bound == COMPUTE_BOUND and verdict.rule.startswith("grey zone")
+    assert (verdict.sm_pct, verdict.memory_pct, verdict.dram_pct) == pytest.approx((62.62, 55.66, 23.45), abs=0.01)
