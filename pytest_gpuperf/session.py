@@ -18,8 +18,8 @@ from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metr
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.extensions import MeasureExtension
     from pytest_gpuperf.baselines import BaselineFile
+    from pytest_gpuperf.extensions import MeasureExtension
     from pytest_gpuperf.fixture import GpuPerf
     from pytest_gpuperf.reference import ProbeSet
     from pytest_gpuperf.settings import Settings
@@ -73,7 +73,6 @@ class GpuperfSession:
         self.settings = settings
         self._fingerprints: dict[tuple[str, int], dict[str, Any]] = {}
         self._baselines: dict[Path, BaselineFile | None] = {}
-        self._references: dict[str, Callable[[], object] | None] = {}
         self._probes: dict[str, ProbeSet] = {}
         self.verdicts: dict[str, list[Verdict]] = {}
         self.pending_updates: dict[Path, tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]] = {}
@@ -101,9 +100,7 @@ class GpuperfSession:
 
     def baseline_for(self, fingerprint: dict[str, Any]) -> BaselineFile | None:
         """The loaded baseline file for ``fingerprint`` (None if absent); errors name file and line."""
-        from pytest_gpuperf.baselines import load_baseline_file
-
-        from pytest_gpuperf.baselines import BaselineError
+        from pytest_gpuperf.baselines import BaselineError, load_baseline_file
 
         path = self.baseline_path(fingerprint)
         if path not in self._baselines:
@@ -130,13 +127,9 @@ class GpuperfSession:
             probes = self._probes[backend.name] = ProbeSet.for_backend(backend)
         return probes
 
-    def reference_for(self, backend: Backend) -> Callable[[], object] | None:
-        """The backend's drift reference workload, built once per session."""
-        if not self.settings.measure.use_reference:
-            return None
-        if backend.name not in self._references:
-            self._references[backend.name] = backend.reference_workload()
-        return self._references[backend.name]
+    def release_probes(self, backend: Backend) -> None:
+        """Drop the backend's probes after a measure(): their tensors must not count in the next peak reading."""
+        self._probes.pop(backend.name, None)
 
     # -- judging ---------------------------------------------------------------
     def tolerance_for(self, handle: GpuPerf, metric: Metric) -> float:

@@ -10,6 +10,8 @@ import yaml
 PERF_TEST = """
 import torch
 
+torch.set_num_threads(1)  # two threads on a shared 2-core runner swing several-fold with the neighbours' load
+
 WORK = {work}
 ALLOC_MIB = {alloc}
 
