@@ -58,8 +58,16 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
-            for _ in range(2):
+            # A step that synchronizes with the host (``.item()``, a CPU copy) cannot be captured, and a capture
+            # that fails part-way leaves torch's CUDA RNG in capture state ("Offset increment outside graph
+            # capture"), breaking every later random op: detect the sync here, before any capture starts.
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
                 step()
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+            step()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):

@@ -270,6 +270,7 @@ def test_markers_are_registered_so_strict_markers_passes_with_the_plugin_off(pyt
     result.stdout.fnmatch_lines(["*@pytest.mark.gpuperf(*", "*@pytest.mark.gpuperf_backends(*names)*"])
 
 
+@pytest.mark.default_backends
 def test_declared_but_absent_backend_is_skipped_with_the_reason(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_cuda_only="""

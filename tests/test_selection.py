@@ -15,6 +15,7 @@ def test_kernel(gpuperf):
 """
 
 
+@pytest.mark.default_backends
 def test_marked_test_runs_once_per_available_backend_with_the_backend_in_its_id(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(MULTI_BACKEND_TEST)
     result = pytester.runpytest("-v", "-rs", "-p", "no:cacheprovider")
