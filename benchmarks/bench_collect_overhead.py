@@ -52,14 +52,14 @@ def main() -> None:
         make_suite(root, args.tests)
         variants = {"plugin disabled (-p no:gpuperf)": ["-p", "no:gpuperf"], "plugin loaded, --gpuperf off": []}
         times: dict[str, list[float]] = {name: [] for name in variants}
-        for name, extra in variants.items():  # warm the file cache once
+        for extra in variants.values():  # warm the file cache once
             time_run(root, extra)
         for _ in range(args.rounds):
             for name, extra in variants.items():
                 times[name].append(time_run(root, extra))
     base_name, plugin_name = list(variants)
     base, plugin = statistics.median(times[base_name]), statistics.median(times[plugin_name])
-    paired = [p / b for p, b in zip(times[plugin_name], times[base_name])]
+    paired = [p / b for p, b in zip(times[plugin_name], times[base_name], strict=True)]
     print(f"pytest --collect-only of {args.tests} plain tests, {args.rounds} alternating rounds")
     print(f"{'variant':34} {'median s':>9} {'min s':>7} {'max s':>7}")
     for name in variants:

@@ -21,7 +21,6 @@ from pytest_gpuperf.settings import add_options, get_option, resolve_settings, s
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.fixture import GpuPerf
-    from pytest_gpuperf.session import GpuperfSession
 
 
 #: Feature plugins, each a light module with its own options, hooks and fixtures.

@@ -39,8 +39,8 @@ def _row(verdict: dict[str, Any]) -> list[str]:
 def render_table(rows: list[list[str]], header: list[str]) -> list[str]:
     """Left-aligned text table."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     return lines
 
 

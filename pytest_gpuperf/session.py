@@ -133,19 +133,30 @@ class GpuperfSession:
 
     # -- judging ---------------------------------------------------------------
     def tolerance_for(self, handle: GpuPerf, metric: Metric) -> float:
-        """Tolerance of one metric: marker per-metric, marker per-kind, then ini default."""
+        """Tolerance of one metric: marker per-metric, marker per-kind, then ini default.
+
+        A marker value may be a number or a mapping from backend name to number
+        (``time_tolerance={"cuda": 0.15}``); backends it does not name get the default.
+        """
         options = handle.options
+        backend = handle.backend.name
+
+        def pick(key: str, default: float) -> float:
+            value = options.get(key, default)
+            if isinstance(value, dict):
+                value = value.get(backend, default)
+            return float(value)
+
         per_metric = options.get("tolerances") or {}
         if metric.name in per_metric:
             return float(per_metric[metric.name])
         if metric.tolerance is not None:
             return metric.tolerance
         if metric.kind == KIND_MEMORY:
-            return float(options.get("memory_tolerance", options.get("tolerance", self.settings.memory_tolerance)))
+            return pick("memory_tolerance", pick("tolerance", self.settings.memory_tolerance))
         if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
-            default = self.settings.time_tolerance_for(handle.backend)
-            return float(options.get("time_tolerance", options.get("tolerance", default)))
-        return float(options.get("tolerance", self.settings.time_tolerance))
+            return pick("time_tolerance", pick("tolerance", self.settings.time_tolerance_for(handle.backend)))
+        return pick("tolerance", self.settings.time_tolerance)
 
     def judge(self, handle: GpuPerf, metrics: list[Metric]) -> list[Verdict]:
         """Judge metrics of one test against the baseline of its hardware."""

@@ -55,7 +55,9 @@ def test_recording_then_an_unchanged_run_passes(pytester: pytest.Pytester, fast_
     again.stdout.fnmatch_lines(["*gpuperf summary*", "*peak memory*ok*"])
 
 
-def test_a_step_doing_much_more_work_fails_naming_the_throughput(pytester: pytest.Pytester, fast_args: list[str]) -> None:
+def test_a_step_doing_much_more_work_fails_naming_the_throughput(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
     write_perf_test(pytester, work=1)
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
     write_perf_test(pytester, work=12)
@@ -169,7 +171,9 @@ def test_unknown_backend_is_a_usage_error_listing_the_known_ones(pytester: pytes
     pytester.makepyfile(test_x="def test_x(): pass")
     result = pytester.runpytest("--gpuperf", "--gpuperf-backend", "cpu,nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gpuperf-backend: unknown backend 'nosuch'; known backends: cuda, mps, vulkan, cpu*"])
+    result.stderr.fnmatch_lines(
+        ["*--gpuperf-backend: unknown backend 'nosuch'; known backends: cuda, mps, vulkan, cpu*"]
+    )
 
 
 def test_without_gpuperf_each_step_runs_once_as_a_smoke_test(pytester: pytest.Pytester) -> None:
@@ -273,13 +277,13 @@ def test_markers_are_registered_so_strict_markers_passes_with_the_plugin_off(pyt
 @pytest.mark.default_backends
 def test_declared_but_absent_backend_is_skipped_with_the_reason(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_cuda_only="""
+        test_mps_only="""
         import pytest
-        @pytest.mark.gpuperf_backends("cuda")
-        def test_cuda_only(gpuperf):
+        @pytest.mark.gpuperf_backends("mps")
+        def test_mps_only(gpuperf):
             pass
         """
     )
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*cuda backend not available: *"])
+    result.stdout.fnmatch_lines(["*mps backend not available: *"])

@@ -61,7 +61,9 @@ def test_vulkan_device_option_selects_the_adapter_by_type(pytester: pytest.Pytes
             assert gpuperf.device.device_type == {wanted!r}
         """
     )
-    result = pytester.runpytest("--gpuperf-vulkan-device", wanted, "--gpuperf-backend", "vulkan", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--gpuperf-vulkan-device", wanted, "--gpuperf-backend", "vulkan", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1)
 
 

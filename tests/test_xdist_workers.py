@@ -125,7 +125,10 @@ def test_each_worker_is_pinned_before_conftests_load_and_distributed_tests_stay_
     )
 
 
-def test_without_gpus_workers_are_left_alone(pytester: pytest.Pytester, fast_args: list[str]) -> None:
+def test_without_gpus_workers_are_left_alone(
+    pytester: pytest.Pytester, fast_args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # GPU images often set it; "left alone" = unset here
     pytester.makeconftest(PINNED_CONFTEST)
     pytester.makepyfile(test_pinned=PINNED_TESTS)
     result = pytester.runpytest("-n", "2", "--gpuperf", *fast_args, "--gpuperf-worker-gpus", "off", "-k", "single")

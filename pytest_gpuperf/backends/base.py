@@ -76,5 +76,5 @@ class Backend(abc.ABC):
         """A fixed workload timed next to the step to cancel machine drift, or None."""
         return None
 
-    def reset_state(self) -> None:
+    def reset_state(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free cached memory between tests (optional)."""

@@ -9,6 +9,31 @@ from pytest_gpuperf.backends.base import Availability
 from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
 
 
+def _driver_version() -> str:
+    """The NVIDIA kernel driver's version (``580.159.04``), from /proc or nvidia-smi; "" where neither answers."""
+    import re
+    import subprocess
+
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", handle.read())
+            if found:
+                return found.group(1)
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+        return out.splitlines()[0] if out else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 class CudaBackend(TorchBackend):
     """Run perf tests on the current CUDA device (``cuda:0`` of ``CUDA_VISIBLE_DEVICES``)."""
 
@@ -36,12 +61,7 @@ class CudaBackend(TorchBackend):
 
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
-        driver = ""
-        try:
-            driver_int = torch._C._cuda_getDriverVersion()  # type: ignore[attr-defined]
-            driver = f"{driver_int // 1000}.{(driver_int % 1000) // 10}"
-        except Exception:  # noqa: BLE001 - informational only
-            pass
+        driver = _driver_version()
         return {
             "backend": "cuda",
             "device_name": props.name,
