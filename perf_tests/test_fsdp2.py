@@ -39,7 +39,9 @@ def _param_bytes(module: nn.Module, local: bool) -> int:
     return total
 
 
-@pytest.mark.gpuperf(time_tolerance=0.3)
+# On the CPU, gloo's worker threads allocate next to the training thread, so the order of allocations and frees
+# (and the step's peak) moved by 0.75 MiB (+7.6%) between unchanged runs; on CUDA the allocator's peak is exact.
+@pytest.mark.gpuperf(time_tolerance=0.3, memory_tolerance={"cpu": 0.15})
 @pytest.mark.gpuperf_distributed(world_size=WORLD)
 def test_fsdp2_training_step_tokens_per_second_and_peak_memory(gpuperf, gpuperf_rank):
     """One FSDP2 training step (all-gather, forward, backward, reduce-scatter, AdamW) on every rank."""
@@ -119,7 +121,8 @@ def test_fsdp2_gradients_match_a_single_process_reference(gpuperf_backend, gpupe
 
 # A whole script run is a few steps in a fresh process: its tokens/s moved by 5% between two runs on the H200, a
 # spread its own step samples cannot show, so the script's throughput gets 15% on GPUs (peak memory keeps 5%).
-@pytest.mark.gpuperf(time_tolerance={"cuda": 0.15})
+# On the CPU the script's peak moves with gloo's worker threads like the training test's (+7.6% seen unchanged).
+@pytest.mark.gpuperf(time_tolerance={"cuda": 0.15}, memory_tolerance={"cpu": 0.15})
 def test_train_fsdp_script_on_ranks_through_torchrun(gpuperf, gpuperf_torchrun):
     """The seed's script under ``python -m torch.distributed.run``; per-rank peak memory and tokens/s judged."""
     nproc = gpuperf.pick(cpu=2, cuda=max(1, torch.cuda.device_count()))

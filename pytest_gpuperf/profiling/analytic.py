@@ -43,6 +43,8 @@ from pytest_gpuperf.profiling.verdict import COMPUTE_BOUND, LATENCY_BOUND, MEMOR
 
 DEFAULT_LATENCY_SHARE = 0.3
 HYSTERESIS = 0.25
+#: The band on host-CPU devices (cpu backend, lavapipe), whose speed swings with the neighbours' load.
+HOST_CPU_HYSTERESIS = 1.0
 
 
 @dataclass
@@ -231,11 +233,13 @@ def roofline(
     peak_bandwidth: float,
     latency_share: float = DEFAULT_LATENCY_SHARE,
     baseline_bound: str | None = None,
+    hysteresis: float = HYSTERESIS,
 ) -> Roofline:
     """Classify a step from its FLOPs, bytes and time against measured peaks (see the module docstring).
 
     ``baseline_bound`` (the class the baseline holds) is kept when the step is within
-    the hysteresis band of the boundary between it and the new class.
+    the ``hysteresis`` band of the boundary between it and the new class (a factor of
+    ``1 + hysteresis`` either side).
     """
     if peak_flops <= 0 or peak_bandwidth <= 0:
         raise ValueError(f"measured peaks must be positive, got {peak_flops} FLOP/s and {peak_bandwidth} B/s")
@@ -246,20 +250,20 @@ def roofline(
         bound = COMPUTE_BOUND
     else:
         bound = MEMORY_BOUND
-    kept = baseline_bound not in (None, bound) and _near_boundary(probe, bound, str(baseline_bound))
+    kept = baseline_bound not in (None, bound) and _near_boundary(probe, bound, str(baseline_bound), hysteresis)
     if kept:
         bound = str(baseline_bound)
     return Roofline(bound, flops, bytes_moved, seconds, peak_flops, peak_bandwidth, latency_share, kept)
 
 
-def _within(value: float, boundary: float) -> bool:
-    return boundary / (1.0 + HYSTERESIS) <= value <= boundary * (1.0 + HYSTERESIS)
+def _within(value: float, boundary: float, hysteresis: float) -> bool:
+    return boundary / (1.0 + hysteresis) <= value <= boundary * (1.0 + hysteresis)
 
 
-def _near_boundary(probe: Roofline, bound: str, baseline_bound: str) -> bool:
+def _near_boundary(probe: Roofline, bound: str, baseline_bound: str, hysteresis: float = HYSTERESIS) -> bool:
     """True when the step is close enough to the boundary between ``bound`` and ``baseline_bound`` to be noise."""
     if baseline_bound not in (COMPUTE_BOUND, MEMORY_BOUND, LATENCY_BOUND):
         return False
     if LATENCY_BOUND in (bound, baseline_bound):
-        return _within(probe.roof_share, probe.latency_share)
-    return _within(probe.arithmetic_intensity, probe.ridge_point)
+        return _within(probe.roof_share, probe.latency_share, hysteresis)
+    return _within(probe.arithmetic_intensity, probe.ridge_point, hysteresis)
