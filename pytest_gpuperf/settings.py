@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.measure import CPU_CLOCKS, GRAPH_MODES, MeasureConfig
-
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.measure import MeasureConfig
 
 # (flag, kind, default, help). kind: "bool" | "str" | "float" | "int"
 OPTIONS: list[tuple[str, str, Any, str]] = [
@@ -137,6 +136,8 @@ def _choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
 
 def resolve_settings(config: pytest.Config) -> Settings:
     """Read every option once; raises ``pytest.UsageError`` for bad values."""
+    from pytest_gpuperf.measure import CPU_CLOCKS, GRAPH_MODES, MeasureConfig  # lazily: plain runs stay light
+
     baselines = Path(get_option(config, "--gpuperf-baselines"))
     if not baselines.is_absolute():
         baselines = config.rootpath / baselines
