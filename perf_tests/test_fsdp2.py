@@ -15,7 +15,15 @@ import pytest
 import torch
 from torch import nn
 
-from perf_tests.models import CPU_CONFIG, GPU_TEST_CONFIG, MiniLLM, MiniLLMConfig, fully_shard_minillm, make_batch
+from perf_tests.models import (
+    CPU_CONFIG,
+    GPU_TEST_CONFIG,
+    MiniLLM,
+    MiniLLMConfig,
+    fully_shard_minillm,
+    make_batch,
+    train_step_fn,
+)
 
 pytestmark = pytest.mark.gpuperf_backends("cpu", "cuda")
 
@@ -53,14 +61,7 @@ def test_fsdp2_training_step_tokens_per_second_and_peak_memory(gpuperf, gpuperf_
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     inputs, targets = make_batch(cfg, device, seed=100 + gpuperf_rank.rank)
 
-    def step() -> torch.Tensor:
-        logits = model(inputs)
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    step = train_step_fn(model, optimizer, inputs, targets)
     first = step()
     gpuperf.measure(step, items=cfg.tokens_per_step, unit="tokens")
     assert torch.isfinite(first), f"rank {gpuperf_rank.rank}: loss is {first}"

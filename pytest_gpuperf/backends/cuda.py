@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_gpuperf.backends.base import Availability
-from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
+from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, time_with_events, torch_versions
 
 
 def _driver_version() -> str:
@@ -83,14 +83,7 @@ class CudaBackend(TorchBackend):
         """Time ``iters`` back-to-back steps with a pair of CUDA events on the current stream."""
         import torch
 
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            step()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return time_with_events(torch.cuda.Event, step, iters)
 
     def measure_peak_memory(self, step: Callable[[], object]) -> int:
         """Reset the allocator's peak, run the step once, return ``max_memory_allocated``."""

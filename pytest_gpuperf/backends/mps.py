@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_gpuperf.backends.base import Availability
-from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
+from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, time_with_events, torch_versions
 
 MEMORY_API_ACCELERATOR = "torch.accelerator.max_memory_allocated"
 MEMORY_API_SAMPLED = "torch.mps.current_allocated_memory (sampled)"
@@ -121,14 +121,7 @@ class MpsBackend(TorchBackend):
 
         if not hasattr(torch.mps, "Event"):
             return super().time_block(step, iters)
-        start = torch.mps.Event(enable_timing=True)
-        end = torch.mps.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            step()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        return time_with_events(torch.mps.Event, step, iters)
 
     def _use_accelerator(self, torch: Any) -> bool:
         return not self._accelerator_failed and _accelerator_peak_api(torch) is not None

@@ -52,6 +52,19 @@ class TorchBackend(Backend):
         return reference
 
 
+def time_with_events(event_class: Any, step: Callable[[], object], iters: int) -> float:
+    """Seconds for ``iters`` back-to-back steps between two device timing events (``torch.cuda.Event``,
+    ``torch.mps.Event``) recorded on the current stream: device time, not host time."""
+    start = event_class(enable_timing=True)
+    end = event_class(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def host_description() -> dict[str, Any]:
     """OS and machine of the host, for the fingerprint's informational part."""
     return {"os": f"{platform.system()} {platform.release()}", "python": platform.python_version()}
