@@ -37,20 +37,6 @@ class TorchBackend(Backend):
         self.synchronize()
         return time.perf_counter() - start
 
-    def reference_workload(self) -> Callable[[], object] | None:
-        """A fixed matmul on random data (never zeros), timed next to the step to cancel drift."""
-        import torch
-
-        gen = torch.Generator(device="cpu").manual_seed(1234)
-        size = 256 if self.torch_device_type == "cpu" else 2048
-        a = torch.randn(size, size, generator=gen).to(self.device())
-        b = torch.randn(size, size, generator=gen).to(self.device())
-
-        def reference() -> object:
-            return a @ b
-
-        return reference
-
 
 def time_with_events(event_class: Any, step: Callable[[], object], iters: int) -> float:
     """Seconds for ``iters`` back-to-back steps between two device timing events (``torch.cuda.Event``,
