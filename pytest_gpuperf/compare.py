@@ -62,11 +62,6 @@ def ratio_of_quantiles(run: Sequence[float], base: Sequence[float], q: float, se
     return RatioEstimate(point, float(low), float(high))
 
 
-def ratio_of_medians(run: Sequence[float], base: Sequence[float], seed: int = 0) -> RatioEstimate:
-    """Bootstrap the ratio ``median(run) / median(base)``; both need at least 3 samples."""
-    return ratio_of_quantiles(run, base, 0.5, seed)
-
-
 #: Baselines written before the probe was recorded used the matmul probe.
 LEGACY_REFERENCE = "matmul"
 

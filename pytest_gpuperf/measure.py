@@ -172,11 +172,6 @@ def spread_subset(values: list[float], keep: int = 30) -> list[float]:
     return [ordered[round(i * step)] for i in range(keep)]
 
 
-def median_precision(samples: list[float]) -> float:
-    """Relative 95% half-width of the median (order statistics)."""
-    return quantile_precision(samples, 0.5)
-
-
 def _calibrate(time_iters: Callable[[int], float], min_sample_time: float) -> tuple[int, float]:
     """Iterations per sample so that one sample lasts at least ``min_sample_time``; also seconds per call."""
     iters = 1

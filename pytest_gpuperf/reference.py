@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 MATMUL = "matmul"
 COPY = "copy"
-PROBE_KINDS = (MATMUL, COPY)
 #: A step reaching this fraction of the matmul probe's FLOP rate (and more than its
 #: fraction of the copy probe's bandwidth) is treated as compute-bound.
 COMPUTE_FRACTION = 0.25
