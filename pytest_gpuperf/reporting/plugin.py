@@ -60,9 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """In a pytest-xdist worker, pin CUDA_VISIBLE_DEVICES before conftests and test modules import torch."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # not an xdist worker: nothing to pin, and no import on every plain run
     from pytest_gpuperf.reporting.xdist_gpus import ENV_GPUS, pin_worker
 
-    if os.environ.get(ENV_GPUS) and os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get(ENV_GPUS):
         pin_worker()
 
 
