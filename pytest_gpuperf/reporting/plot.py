@@ -184,6 +184,24 @@ def labelled_points(points: list[RooflinePoint]) -> list[RooflinePoint]:
     return [p for p in ordered if p.status in ("regression", "changed", "improvement")][:MAX_LABELS]
 
 
+def _annotate(
+    ax: Any, point: RooflinePoint, text: str, spot: tuple[float, float, str, str], bad: bool, **style: Any
+) -> Any:
+    """Write ``text`` next to ``point`` at the offset and alignment of ``spot``; red when ``bad``."""
+    dx, dy, ha, va = spot
+    return ax.annotate(
+        text,
+        (point.intensity, point.flop_rate),
+        xytext=(dx, dy),
+        textcoords="offset points",
+        ha=ha,
+        va=va,
+        fontsize=8.5,
+        color="#b00000" if bad else "#222222",
+        **style,
+    )
+
+
 def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
     """Label each point where its text overlaps no earlier label and stays inside the axes."""
     renderer = fig.canvas.get_renderer()
@@ -198,20 +216,17 @@ def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
         bad = point.status in ("regression", "changed")
         text = point.label + (f"\n{point.bound}" if point.bound else "")
         chosen = None
-        for dx, dy, ha, va in _LABEL_SPOTS:
-            note = ax.annotate(
+        for spot in _LABEL_SPOTS:
+            note = _annotate(
+                ax,
+                point,
                 text,
-                (point.intensity, point.flop_rate),
-                xytext=(dx, dy),
-                textcoords="offset points",
-                ha=ha,
-                va=va,
-                fontsize=8.5,
-                color="#b00000" if bad else "#222222",
+                spot,
+                bad,
                 fontweight="bold" if bad else "normal",
                 zorder=6,
                 bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.75},
-                arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6} if abs(dy) > 6 else None,
+                arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6} if abs(spot[1]) > 6 else None,
             )
             box = note.get_window_extent(renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
@@ -220,17 +235,7 @@ def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
                 break
             note.remove()
         if chosen is None:  # nowhere free: first spot anyway
-            dx, dy, ha, va = _LABEL_SPOTS[0]
-            note = ax.annotate(
-                text,
-                (point.intensity, point.flop_rate),
-                xytext=(dx, dy),
-                textcoords="offset points",
-                ha=ha,
-                va=va,
-                fontsize=8.5,
-                color="#b00000" if bad else "#222222",
-            )
+            note = _annotate(ax, point, text, _LABEL_SPOTS[0], bad)
             chosen = note.get_window_extent(renderer)
         placed.append(chosen)
 
