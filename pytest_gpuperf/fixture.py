@@ -83,7 +83,10 @@ class GpuPerf:
         if self.backend.name in per_backend:
             return per_backend[self.backend.name]
         if default is None:
-            raise KeyError(f"{self.node_id}: gpuperf.pick() has no value for backend {self.backend.name!r}")
+            raise KeyError(
+                f"{self.node_id}: gpuperf.pick() has no value for backend {self.backend.name!r}; "
+                f"pass {self.backend.name}=... or default=..."
+            )
         return default
 
     def _measure_config(self) -> MeasureConfig:
@@ -218,7 +221,9 @@ class GpuPerf:
         category that fails the test when it changes.
         """
         if better not in ("lower", "higher", "equal"):
-            raise ValueError(f"{self.node_id}: better must be 'lower', 'higher' or 'equal', got {better!r}")
+            raise ValueError(
+                f"{self.node_id}: gpuperf.record({name!r}): better must be 'lower', 'higher' or 'equal', got {better!r}"
+            )
         kind = "category" if isinstance(value, str) else KIND_CUSTOM
         if unit == "B" and kind == KIND_CUSTOM:
             kind = KIND_MEMORY

@@ -116,7 +116,10 @@ class VulkanDevice:
         if key in per_type:
             return per_type[key]
         if default is None:
-            raise KeyError(f"VulkanDevice.pick() has no value for adapter type {self.device_type!r}")
+            raise KeyError(
+                f"VulkanDevice.pick() has no value for adapter type {self.device_type!r}; "
+                f"pass {key}=... or default=..."
+            )
         return default
 
     # -- buffers and memory accounting -------------------------------------------
