@@ -117,8 +117,7 @@ class VulkanDevice:
             return per_type[key]
         if default is None:
             raise KeyError(
-                f"VulkanDevice.pick() has no value for adapter type {self.device_type!r}; "
-                f"pass {key}=... or default=..."
+                f"VulkanDevice.pick() has no value for adapter type {self.device_type!r}; pass {key}=... or default=..."
             )
         return default
 
