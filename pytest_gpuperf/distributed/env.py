@@ -33,6 +33,29 @@ def process_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] 
     return env
 
 
+def torchrun_command(nproc_per_node: int, *target: str) -> list[str]:
+    """``python -m torch.distributed.run`` on one node, N local ranks, no restarts, then ``target``.
+
+    ``target`` is a script and its arguments, or ``-m module``; both the rank pool and the
+    ``gpuperf_torchrun`` fixture start their ranks through this one launcher.
+    """
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(nproc_per_node),
+        "--max_restarts",
+        "0",
+        *target,
+    ]
+
+
 def apply_safe_env() -> None:
     """Put :data:`SAFE_ENV` into this process's environment (for in-place runs)."""
     os.environ.update(SAFE_ENV)

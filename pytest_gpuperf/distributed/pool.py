@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from pytest_gpuperf.distributed.env import process_env
+from pytest_gpuperf.distributed.env import process_env, torchrun_command
 from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, RankResult, RankTask
 
 ERROR_GRACE_SECONDS = 3.0
@@ -123,20 +123,7 @@ class RankPool:
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
             }
         )
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes",
-            "1",
-            "--nproc_per_node",
-            str(self.world_size),
-            "--max_restarts",
-            "0",
-            "-m",
-            "pytest_gpuperf.distributed.worker",
-        ]
+        command = torchrun_command(self.world_size, "-m", "pytest_gpuperf.distributed.worker")
         with open(self.log_path, "wb") as log:
             self.launcher = subprocess.Popen(
                 command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_gpuperf.distributed.env import process_env, world_size_problem
+from pytest_gpuperf.distributed.env import process_env, torchrun_command, world_size_problem
 from pytest_gpuperf.distributed.protocol import ScriptReport, parse_output
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, Metric
 
@@ -148,20 +147,7 @@ class TorchrunRunner:
             path = Path(self.item.config.rootpath) / path
         if not path.exists():
             pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun: script {path} does not exist", pytrace=False)
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes",
-            "1",
-            "--nproc_per_node",
-            str(nproc_per_node),
-            "--max_restarts",
-            "0",
-            str(path),
-            *map(str, args),
-        ]
+        command = torchrun_command(nproc_per_node, str(path), *map(str, args))
         limit = float(timeout or self.timeout)
         run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
         started = time.perf_counter()
