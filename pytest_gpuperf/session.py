@@ -158,6 +158,19 @@ class GpuperfSession:
             return pick("time_tolerance", pick("tolerance", self.settings.time_tolerance_for(handle.backend)))
         return pick("tolerance", self.settings.time_tolerance)
 
+    def informational_for(self, handle: GpuPerf) -> set[str]:
+        """Metrics a test records and shows but never fails on, from ``@pytest.mark.gpuperf(informational=...)``.
+
+        Names are full (``step.throughput``) or short (``throughput``, ``bound``); a mapping per
+        backend (``informational={"cuda": ("throughput", "bound")}``) applies to the backends it names.
+        """
+        value = handle.options.get("informational") or ()
+        if isinstance(value, dict):
+            value = value.get(handle.backend.name, ())
+        if isinstance(value, str):
+            value = (value,)
+        return {str(name) for name in value}
+
     def judge(self, handle: GpuPerf, metrics: list[Metric]) -> list[Verdict]:
         """Judge metrics of one test against the baseline of its hardware."""
         from pytest_gpuperf.compare import judge
@@ -166,8 +179,11 @@ class GpuperfSession:
         where = describe(fingerprint)
         baseline = self.baseline_for(fingerprint)  # also under --gpuperf-update: never overwrite a broken file
         entries = (baseline.tests.get(handle.node_id) if baseline else None) or {}
+        informational = self.informational_for(handle)
         verdicts = []
         for metric in metrics:
+            if metric.name in informational or metric.name.rpartition(".")[2] in informational:
+                metric.judged = False  # recorded and shown, never failing (see informational_for)
             tolerance = self.tolerance_for(handle, metric)
             metric.tolerance = tolerance
             if self.settings.update:

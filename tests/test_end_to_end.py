@@ -287,3 +287,22 @@ def test_declared_but_absent_backend_is_skipped_with_the_reason(pytester: pytest
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*mps backend not available: *"])
+
+
+def test_informational_metrics_are_recorded_and_shown_but_never_fail(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    source = PERF_TEST.replace(
+        "def test_scaled_matmul(gpuperf):",
+        "import pytest\n\n"
+        "@pytest.mark.gpuperf(informational={{'cpu': ('peak_memory', 'throughput')}})\n"
+        "def test_scaled_matmul(gpuperf):",
+    )
+    pytester.makepyfile(test_perf=source.format(work=1, alloc=1))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    [path] = baseline_files(pytester)
+    assert "step.peak_memory" in yaml.safe_load(path.read_text())["tests"]["test_perf.py::test_scaled_matmul[cpu]"]
+    pytester.makepyfile(test_perf=source.format(work=1, alloc=8))
+    result = pytester.runpytest("--gpuperf", *fast_args)  # 8x the memory and much slower: neither fails
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*throughput * krows/s * krows/s * -", "*peak memory * MiB * MiB * -"])
