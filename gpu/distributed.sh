@@ -76,19 +76,7 @@ PY
 (cd "$FAULTS" && timeout 150 python -m pytest test_nccl_faults.py -p no:cacheprovider -p no:randomly > "$LOG/3_faults.txt" 2>&1
  echo "rc=$?" >> "$LOG/3_faults.txt")
 sleep 1
-python - > "$LOG/orphans.txt" <<'PY'
-import os, pathlib
-tag, left = os.environ["GPUPERF_TEST_TAG"].encode(), []
-for proc in pathlib.Path("/proc").glob("[0-9]*"):
-    try:
-        if tag in (proc / "environ").read_bytes():
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "torch.distributed" in cmd or "distributed.worker" in cmd or "pytest" in cmd:
-                left.append(f"{proc.name}: {cmd[:120]}")
-    except OSError:
-        pass
-print(f"orphans: {len(left)} (rank, launcher or pytest processes still alive)", *left, sep="\n")
-PY
+python gpu/count_orphans.py > "$LOG/orphans.txt"
 
 cp baselines/*.yaml "$LOG/" 2>/dev/null
 tar -czf "$OUT/distributed.tar.gz" -C "$WORK" distributed

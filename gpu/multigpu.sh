@@ -167,19 +167,7 @@ def test_f_after_oom(gpuperf_rank):
 PY
 (cd "$FAULTS" && step c_faults 75 python -m pytest test_multigpu_faults.py -p no:cacheprovider -p no:randomly -rA)
 sleep 1
-python - > "$LOG/c_orphans.txt" <<'PY'
-import os, pathlib
-tag, left = os.environ["GPUPERF_TEST_TAG"].encode(), []
-for proc in pathlib.Path("/proc").glob("[0-9]*"):
-    try:
-        if tag in (proc / "environ").read_bytes():
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "torch.distributed" in cmd or "distributed.worker" in cmd or "pytest" in cmd:
-                left.append(f"{proc.name}: {cmd[:120]}")
-    except OSError:
-        pass
-print(f"orphans: {len(left)} (rank, launcher or pytest processes still alive)", *left, sep="\n")
-PY
+python gpu/count_orphans.py > "$LOG/c_orphans.txt"
 
 echo "== d. rank pool benchmark ($BENCH_TESTS tests)"
 if [ "$BACKEND" = cuda ]; then
