@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.measure import STAT_QUANTILE
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.stats import STAT_QUANTILE
 from pytest_gpuperf.units import format_change, format_value
 
 MEMORY_SLACK_BYTES = 64 * 1024

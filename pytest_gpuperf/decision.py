@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpuperf.compare import MIN_NORMALIZED, drift_gate, judged_quantile, normalized_comparable
-from pytest_gpuperf.measure import TimingResult, quantile, quantile_precision
+from pytest_gpuperf.measure import TimingResult
+from pytest_gpuperf.stats import quantile, quantile_precision
 
 #: Stop on precision alone once the run's statistic is known to this fraction of the tolerance.
 PRECISION_FRACTION = 0.25

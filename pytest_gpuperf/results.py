@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Better = Literal["higher", "lower", "equal"]
-Status = Literal["regression", "improvement", "unchanged", "new", "recorded", "info", "changed"]
+#: ``inconclusive``: the evidence cannot decide at the tolerance (noise, a changed clock, a confirmation that
+#: disagreed); it passes with a visible warning unless ``--gpuperf-strict``.
+Status = Literal["regression", "improvement", "unchanged", "new", "recorded", "info", "changed", "inconclusive"]
 
 #: Metric kinds decide how a metric is judged (see :mod:`pytest_gpuperf.compare`).
 KIND_TIME = "time"

@@ -30,7 +30,7 @@ REPORT_ATTR = "gpuperf"
 def metric_to_entry(metric: Metric) -> dict[str, Any]:
     """The baseline-file entry for one metric."""
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
-    from pytest_gpuperf.measure import spread_subset
+    from pytest_gpuperf.stats import spread_subset
 
     if metric.samples:
         entry["samples"] = spread_subset(metric.samples)
