@@ -6,6 +6,8 @@ Every ``--gpuperf-*`` flag has an ini key of the same name with underscores
 
 from __future__ import annotations
 
+import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,28 +18,63 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.measure import MeasureConfig
 
-# (flag, kind, default, help). kind: "bool" | "str" | "float" | "int"
-OPTIONS: list[tuple[str, str, Any, str]] = [
+# (flag, kind, default, help[, extras]). kind: "bool" | "str" | "float" | "int".
+# extras: metavar, choices (accepted values), aliases (old spellings: working, hidden from --help),
+# minimum / above (inclusive / exclusive lower bound of a number), maximum (inclusive upper bound).
+OptionSpec = tuple[Any, ...]
+
+OPTIONS: list[OptionSpec] = [
     ("--gpuperf", "bool", False, "measure perf tests and judge them against baselines (off: run each step once)"),
     ("--gpuperf-update", "bool", False, "record or refresh the baselines of the perf tests that ran; others are kept"),
-    ("--gpuperf-baselines", "str", "baselines", "directory of baseline YAML files, relative to the rootdir"),
-    ("--gpuperf-backend", "str", "", "backends to run on, comma-separated (default: every available one)"),
-    ("--gpuperf-strict", "bool", False, "fail perf tests that have no baseline for this hardware"),
+    (
+        "--gpuperf-baselines",
+        "str",
+        "baselines",
+        "directory of baseline YAML files, relative to the rootdir",
+        {"metavar": "DIR"},
+    ),
+    (
+        "--gpuperf-backend",
+        "str",
+        "",
+        "backends to run on, comma-separated, e.g. cuda,cpu (default: every available one)",
+        {"metavar": "NAMES"},
+    ),
+    (
+        "--gpuperf-strict",
+        "bool",
+        False,
+        "fail perf tests that have no baseline for this hardware; a backend named by --gpuperf-backend "
+        "that is absent is a usage error",
+    ),
     ("--gpuperf-time-tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)"),
     ("--gpuperf-cpu-time-tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU backend"),
     ("--gpuperf-memory-tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)"),
-    ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds"),
-    ("--gpuperf-min-samples", "int", 30, "least samples per measure() call"),
-    ("--gpuperf-precision", "float", 0.01, "with no baseline, stop when the judged quantile's 95% half-width < this"),
+    ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds", {"above": 0}),
+    ("--gpuperf-min-samples", "int", 30, "least samples per measure() call", {"minimum": 1}),
+    (
+        "--gpuperf-precision",
+        "float",
+        0.01,
+        "with no baseline, stop when the judged quantile's 95% half-width < this",
+        {"above": 0, "metavar": "FRACTION"},
+    ),
     ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
     ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
-    ("--gpuperf-cuda-graph", "str", "auto", "time short CUDA steps as graph replays: auto (< 100 us), on, off"),
+    (
+        "--gpuperf-cuda-graph",
+        "str",
+        "auto",
+        "time short CUDA steps as graph replays: auto (< 100 us), on, off",
+        {"choices": ("auto", "on", "off")},
+    ),
     (
         "--gpuperf-cpu-clock",
         "str",
         "auto",
         "CPU backend clock: thread (CPU time), wall, auto (thread if 1 torch thread)",
+        {"choices": ("auto", "thread", "wall")},
     ),
 ]
 
@@ -47,44 +84,84 @@ def ini_name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-_REGISTRY: dict[str, tuple[str, Any]] = {}
+_REGISTRY: dict[str, tuple[str, Any, dict[str, Any]]] = {}
 
 
-def add_options(parser: pytest.Parser, options: list[tuple[str, str, Any, str]] | None = None) -> None:
+def _default_metavar(flag: str, kind: str) -> str:
+    if kind == "int":
+        return "N"
+    if kind == "float":
+        if "tolerance" in flag or "share" in flag:
+            return "FRACTION"
+        return "SECONDS" if "time" in flag else "NUMBER"
+    return "VALUE"
+
+
+def argparse_help(text: str) -> str:
+    """``text`` safe for argparse, which %-formats every help string (a bare ``%`` crashes ``pytest --help``)."""
+    return text.replace("%", "%%")
+
+
+def add_options(parser: pytest.Parser, options: list[OptionSpec] | None = None) -> None:
     """Register command-line flags and their ini twins (the core's ``OPTIONS`` by default).
 
     Feature modules call this from their own ``pytest_addoption`` with their own list,
     then read values with :func:`get_option`.
     """
     group = parser.getgroup("gpuperf", "GPU performance regression testing (pytest-gpuperf)")
-    for flag, kind, default, help_text in OPTIONS if options is None else options:
-        _REGISTRY[flag] = (kind, default)
+    for spec in OPTIONS if options is None else options:
+        flag, kind, default, help_text = spec[:4]
+        extras: dict[str, Any] = dict(spec[4]) if len(spec) > 4 else {}
+        _REGISTRY[flag] = (kind, default, extras)
         name = ini_name(flag)
+        aliases = tuple(extras.get("aliases", ()))
         if kind == "bool":
-            group.addoption(flag, action="store_true", default=None, dest=name, help=help_text)
+            group.addoption(flag, action="store_true", default=None, dest=name, help=argparse_help(help_text))
+            for alias in aliases:  # old spelling: still works, not listed
+                group.addoption(alias, action="store_true", default=None, dest=name, help=argparse.SUPPRESS)
             parser.addini(name, help=help_text, type="bool", default=default)
-        else:
-            metavar = "DIR" if "baselines" in flag else ("NAMES" if "backend" in flag else "N")
-            group.addoption(flag, action="store", default=None, dest=name, metavar=metavar, help=help_text)
-            parser.addini(name, help=f"{help_text} (default {default!r})", default=str(default))
+            for alias in aliases:
+                parser.addini(ini_name(alias), help=f"old spelling of {name}", type="bool", default=False)
+            continue
+        choices = extras.get("choices")
+        metavar = extras.get("metavar") or ("{" + ",".join(choices) + "}" if choices else _default_metavar(flag, kind))
+        group.addoption(
+            flag, *aliases, action="store", default=None, dest=name, metavar=metavar, help=argparse_help(help_text)
+        )
+        parser.addini(name, help=f"{help_text} (default {default!r})", default=str(default))
 
 
 def get_option(config: pytest.Config, flag: str) -> Any:
-    """The value of ``flag``: command line first, then the ini twin, converted to its kind."""
-    if flag in _REGISTRY:
-        kind, default = _REGISTRY[flag]
-        name = ini_name(flag)
-        value = config.getoption(name, default=None)
-        if value is None:
-            value = config.getini(name)
-        if kind == "bool":
-            return bool(value)
-        if kind == "float":
-            return _convert(float, value, flag)
-        if kind == "int":
-            return _convert(int, value, flag)
-        return str(value) if value is not None else default
-    raise KeyError(f"{flag} is not a registered pytest-gpuperf option")
+    """The value of ``flag``: command line first, then the ini twin, converted to its kind and checked.
+
+    Raises ``pytest.UsageError`` naming the flag, its ini key and the accepted values for a bad value.
+    """
+    if flag not in _REGISTRY:
+        raise KeyError(f"{flag} is not a registered pytest-gpuperf option")
+    kind, default, extras = _REGISTRY[flag]
+    name = ini_name(flag)
+    value = config.getoption(name, default=None)
+    if kind == "bool":
+        if value:
+            return True
+        return bool(config.getini(name)) or any(bool(config.getini(ini_name(a))) for a in extras.get("aliases", ()))
+    if value is None:
+        value = config.getini(name)
+    if kind == "float":
+        return _check_range(_convert(float, value, flag), flag, extras)
+    if kind == "int":
+        return _check_range(_convert(int, value, flag), flag, extras)
+    text = str(value) if value is not None else default
+    choices = extras.get("choices")
+    if choices:
+        return _choice(text, flag, tuple(choices))
+    return text
+
+
+def check_all_options(config: pytest.Config) -> None:
+    """Read every registered option once, so a bad value is a usage error at start-up, not mid-run."""
+    for flag in list(_REGISTRY):
+        get_option(config, flag)
 
 
 def _convert(kind: type, value: Any, flag: str) -> Any:
@@ -92,6 +169,34 @@ def _convert(kind: type, value: Any, flag: str) -> Any:
         return kind(value)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{flag} / {ini_name(flag)}: expected a {kind.__name__}, got {value!r}") from None
+
+
+def accepted_range(extras: dict[str, Any]) -> str:
+    """``>= 0``, ``> 0``, ``0 <= x <= 1`` ... as printed in error messages."""
+    maximum = extras.get("maximum")
+    if "above" in extras:
+        low = f"> {extras['above']:g}"
+    else:
+        low = f">= {extras.get('minimum', 0):g}"
+    return low if maximum is None else f"{low} and <= {maximum:g}"
+
+
+def _check_range(number: float, flag: str, extras: dict[str, Any]) -> Any:
+    """Every numeric option is finite and at least 0 unless its extras say otherwise."""
+    low = extras.get("minimum", 0)
+    above = extras.get("above")
+    maximum = extras.get("maximum")
+    bad = (
+        not math.isfinite(number)
+        or (above is not None and number <= above)
+        or (above is None and number < low)
+        or (maximum is not None and number > maximum)
+    )
+    if bad:
+        raise pytest.UsageError(
+            f"{flag} / {ini_name(flag)}: expected a number {accepted_range(extras)}, got {number!r}"
+        )
+    return number
 
 
 @dataclass

@@ -20,10 +20,22 @@ if TYPE_CHECKING:
     from pytest_gpuperf.distributed.manager import PoolManager
     from pytest_gpuperf.distributed.torchrun import TorchrunRunner
 
-OPTIONS: list[tuple[str, str, Any, str]] = [
-    ("--gpuperf-dist-timeout", "float", 300.0, "seconds a distributed test may run before its ranks' stacks dump"),
-    ("--gpuperf-dist-start-timeout", "float", 300.0, "seconds to wait for a rank pool to start"),
-    ("--gpuperf-dist-no-pool", "bool", False, "start fresh ranks for every distributed test instead of reusing a pool"),
+OPTIONS: list[tuple[Any, ...]] = [
+    (
+        "--gpuperf-dist-timeout",
+        "float",
+        300.0,
+        "seconds a distributed test may run before its ranks' stacks dump",
+        {"above": 0},
+    ),
+    ("--gpuperf-dist-start-timeout", "float", 300.0, "seconds to wait for a rank pool to start", {"above": 0}),
+    (
+        "--gpuperf-no-dist-pool",
+        "bool",
+        False,
+        "start fresh ranks for every distributed test instead of reusing a pool",
+        {"aliases": ("--gpuperf-dist-no-pool",)},
+    ),
 ]
 MARKER = (
     "gpuperf_distributed(world_size=2, timeout=None, backend=None): run the test body on world_size ranks "
@@ -51,7 +63,7 @@ def _manager(config: pytest.Config) -> PoolManager:
     if manager is None:
         manager = PoolManager(
             start_timeout=get_option(config, "--gpuperf-dist-start-timeout"),
-            reuse=not get_option(config, "--gpuperf-dist-no-pool"),
+            reuse=not get_option(config, "--gpuperf-no-dist-pool"),
         )
         config.stash[MANAGER_KEY] = manager
     return manager

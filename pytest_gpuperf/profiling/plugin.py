@@ -29,13 +29,31 @@ from pytest_gpuperf.settings import add_options, get_option
 if TYPE_CHECKING:
     from pytest_gpuperf.profiling.extension import ProfilingExtension
 
-OPTIONS: list[tuple[str, str, Any, str]] = [
+OPTIONS: list[tuple[Any, ...]] = [
     ("--gpuperf-profile", "bool", False, "write a torch.profiler Chrome trace of each measured step (with --gpuperf)"),
     ("--gpuperf-ncu", "bool", False, "re-run each measured step under Nsight Compute for its Speed-of-Light verdict"),
-    ("--gpuperf-artifacts", "str", "gpuperf-artifacts", "directory for traces and ncu CSVs, relative to the rootdir"),
-    ("--gpuperf-latency-share", "float", 0.3, "a step below this share of its roof is latency-bound (0.3 = 30%)"),
+    (
+        "--gpuperf-artifacts",
+        "str",
+        "gpuperf-artifacts",
+        "directory for traces and ncu CSVs, relative to the rootdir",
+        {"metavar": "DIR"},
+    ),
+    (
+        "--gpuperf-latency-share",
+        "float",
+        0.3,
+        "a step below this share of its roof is latency-bound (0.3 = 30%)",
+        {"maximum": 1},
+    ),
     ("--gpuperf-recalibrate", "bool", False, "measure the device's peak FLOP/s and bandwidth again (ignore the cache)"),
-    ("--gpuperf-ncu-timeout", "float", 300.0, "seconds one ncu capture of a test may take before it is skipped"),
+    (
+        "--gpuperf-ncu-timeout",
+        "float",
+        300.0,
+        "seconds one ncu capture of a test may take before it is skipped",
+        {"above": 0},
+    ),
 ]
 MARKERS = (
     "gpuperf_profile: write a torch.profiler trace (Chrome JSON, opens in Perfetto) of this perf test's steps",

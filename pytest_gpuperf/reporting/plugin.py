@@ -23,22 +23,36 @@ if TYPE_CHECKING:
     from pytest_gpuperf.reporting.baseline_ref import GitRef
     from pytest_gpuperf.reporting.records import TestRecord
 
-REPORTING_OPTIONS: list[tuple[str, str, Any, str]] = [
-    ("--gpuperf-json", "str", "", "write every perf test's metrics, baselines and verdicts to this JSON file (PATH)"),
+REPORTING_OPTIONS: list[tuple[Any, ...]] = [
+    (
+        "--gpuperf-json",
+        "str",
+        "",
+        "write every perf test's metrics, baselines and verdicts to this JSON file",
+        {"metavar": "PATH"},
+    ),
     (
         "--gpuperf-markdown",
         "str",
         "",
-        "write a Markdown PR summary to this file (PATH); also appended to $GITHUB_STEP_SUMMARY when that is set",
+        "write a Markdown PR summary to this file; also appended to $GITHUB_STEP_SUMMARY when that is set",
+        {"metavar": "PATH"},
     ),
     ("--gpuperf-no-step-summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
-    ("--gpuperf-plot", "str", "", "write one roofline PNG per device into this folder (DIR; needs matplotlib)"),
+    (
+        "--gpuperf-plot",
+        "str",
+        "",
+        "write one roofline PNG per device into this folder (needs matplotlib)",
+        {"metavar": "DIR"},
+    ),
     (
         "--gpuperf-baseline-ref",
         "str",
         "",
         "read baselines from this git ref (e.g. origin/main) instead of the "
         "working tree, and report the baseline entries the working tree changes against it",
+        {"metavar": "REF"},
     ),
     (
         "--gpuperf-worker-gpus",
@@ -46,6 +60,7 @@ REPORTING_OPTIONS: list[tuple[str, str, Any, str]] = [
         "auto",
         "GPUs shared out to pytest-xdist workers, one per worker: auto "
         "(CUDA_VISIBLE_DEVICES or nvidia-smi), a list like 0,1,2,3, or off",
+        {"metavar": "auto|off|LIST"},
     ),
 ]
 

@@ -16,13 +16,14 @@ import pytest
 from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
-VULKAN_OPTIONS: list[tuple[str, str, Any, str]] = [
+VULKAN_OPTIONS: list[tuple[Any, ...]] = [
     (
         "--gpuperf-vulkan-device",
         "str",
         "",
         "Vulkan/Metal adapter for the vulkan backend: INDEX, NAME substring or TYPE "
         "(DiscreteGPU, IntegratedGPU, CPU); default: the most GPU-like one",
+        {"metavar": "DEVICE"},
     ),
     ("--gpuperf-vulkan-adapters", "bool", False, "list the Vulkan/Metal adapters wgpu finds, then exit"),
 ]
