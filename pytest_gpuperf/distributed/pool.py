@@ -2,7 +2,9 @@
 
 The pytest process listens on a local socket; ``python -m torch.distributed.run
 --standalone --nproc_per_node N -m pytest_gpuperf.distributed.worker`` starts the
-ranks, each joins the default process group and connects back. A test is sent to
+ranks, each joins the default process group and connects back, proving it holds
+the pool's random key before anything is unpickled (:mod:`.channel`: another local
+process that connects to the port is refused unread). A test is sent to
 every rank, each answers with a :class:`RankResult`. Faults end the pool:
 
 * a rank raised: the others get a short grace period to finish (they may be
@@ -18,9 +20,7 @@ group and to the launcher's) and the next test starts a fresh one.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from pytest_gpuperf.distributed.channel import AuthListener, new_key
 from pytest_gpuperf.distributed.env import process_env, torchrun_command
 from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, RankResult, RankTask
 
@@ -82,6 +83,8 @@ class RankPool:
         self.log_path = self.directory / "launcher.log"
         self.tests_run = 0
         self.start_seconds = 0.0
+        #: Connections refused because the peer could not prove it holds the pool key.
+        self.rejected_connections = 0
 
     @property
     def key(self) -> tuple[int, str]:
@@ -109,13 +112,12 @@ class RankPool:
     def start(self, timeout: float = 300.0) -> None:
         """Launch the ranks and wait until each has joined the process group and connected back."""
         started = time.perf_counter()
-        server = socket.create_server(("127.0.0.1", 0))
-        server.settimeout(0.2)
-        token = secrets.token_hex(16)
+        key = new_key()
+        listener = AuthListener(key)
         env = process_env(
             {
-                "GPUPERF_POOL_ADDR": f"127.0.0.1:{server.getsockname()[1]}",
-                "GPUPERF_POOL_TOKEN": token,
+                "GPUPERF_POOL_ADDR": listener.address,
+                "GPUPERF_POOL_KEY": key.hex(),
                 "GPUPERF_POOL_BACKEND": self.backend,
                 "GPUPERF_POOL_PARENT": str(os.getpid()),
                 "GPUPERF_POOL_DIR": str(self.directory),
@@ -142,25 +144,20 @@ class RankPool:
                         "--gpuperf-dist-start-timeout if the machine is slow); torchrun's output:\n"
                         + self.launcher_log()
                     )
-                try:
-                    sock, _ = server.accept()
-                except TimeoutError:
+                conn = listener.accept(0.2)
+                if conn is None:
                     continue
-                sock.settimeout(None)
-                conn = Connection(sock.detach())
-                if not conn.poll(10):
+                if not conn.poll(10):  # authenticated: the hello is a pickle from one of our ranks
                     conn.close()
                     continue
                 hello = conn.recv()
-                if hello.get("token") != token:
-                    conn.close()
-                    continue
                 self.ranks[int(hello["rank"])] = _Rank(int(hello["rank"]), int(hello["pid"]), conn)
         except BaseException:
             self.close(graceful=False)
             raise
         finally:
-            server.close()
+            self.rejected_connections += listener.rejected
+            listener.close()
         self.start_seconds = time.perf_counter() - started
 
     def run(self, task: RankTask, timeout: float) -> PoolOutcome:

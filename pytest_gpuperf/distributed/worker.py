@@ -3,7 +3,8 @@
 Started by :class:`pytest_gpuperf.distributed.pool.RankPool` with torchrun's
 environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus:
 
-* ``GPUPERF_POOL_ADDR`` (host:port) and ``GPUPERF_POOL_TOKEN``: where to report and the shared secret;
+* ``GPUPERF_POOL_ADDR`` (host:port) and ``GPUPERF_POOL_KEY`` (hex): where to report, and the key both
+  sides prove they hold before any pickle is exchanged (:mod:`.channel`);
 * ``GPUPERF_POOL_BACKEND``: ``cpu`` (gloo) or ``cuda`` (NCCL, one GPU per rank);
 * ``GPUPERF_POOL_PARENT``: the pytest process id; the rank exits when it disappears;
 * ``GPUPERF_POOL_DIR``: where ``rank<N>.stacks`` receives all threads' stacks on SIGUSR1;
@@ -17,12 +18,10 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from datetime import timedelta
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 
@@ -38,15 +37,6 @@ def _watch_parent(parent: int) -> None:
             pass
 
 
-def _connect(address: str, token: str, hello: dict[str, object]) -> Connection:
-    host, _, port = address.rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=60)
-    sock.settimeout(None)
-    conn = Connection(sock.detach())
-    conn.send({"token": token, **hello})
-    return conn
-
-
 def main() -> int:
     """Join the process group, connect to the pytest process, serve tasks until ``stop``."""
     os.environ["GPUPERF_POOL_WORKER"] = "1"
@@ -60,6 +50,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.distributed.channel import connect
     from pytest_gpuperf.distributed.env import DIST_BACKENDS
     from pytest_gpuperf.distributed.rank_runner import cleanup_process_groups, run_task
     from pytest_gpuperf.distributed.tasks import RankInfo
@@ -72,11 +63,8 @@ def main() -> int:
         dist.init_process_group("gloo", timeout=timeout)
     info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS[backend_name])
     backend = get_backend(backend_name)
-    conn = _connect(
-        os.environ["GPUPERF_POOL_ADDR"],
-        os.environ["GPUPERF_POOL_TOKEN"],
-        {"rank": rank, "pid": os.getpid(), "local_rank": local_rank},
-    )
+    conn = connect(os.environ["GPUPERF_POOL_ADDR"], bytes.fromhex(os.environ["GPUPERF_POOL_KEY"]))
+    conn.send({"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
     while True:
         try:
             message = conn.recv()

@@ -1,0 +1,153 @@
+"""The rank pool's channel authenticates before it unpickles anything (issue 11, item 2)."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.distributed import channel, pool
+from pytest_gpuperf.distributed.channel import AuthenticationError, AuthListener, connect, new_key
+from pytest_gpuperf.distributed.tasks import STATUS_OK, RankTask
+
+
+class _CreatesAFile:
+    """A pickle whose loading runs ``open(path, "w")``: proof that a peer's bytes were unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (str(self.path), "w"))
+
+
+def _hostile_send(address: str, payload: object) -> socket.socket:
+    """Connect like any local process could and send a pickle straight away."""
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host, int(port)))
+    keep = sock.dup()
+    Connection(sock.detach()).send(payload)
+    return keep
+
+
+def _accept(listener: AuthListener, seconds: float = 30.0) -> Connection | None:
+    for _ in range(int(seconds / 0.2)):
+        conn = listener.accept(0.2)
+        if conn is not None:
+            return conn
+    return None
+
+
+def test_a_peer_without_the_key_is_refused_before_its_pickle_is_loaded_and_a_keyed_one_gets_through(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "pwned"
+    key = new_key()
+    listener = AuthListener(key, handshake_timeout=5)
+    try:
+        hostile = _hostile_send(listener.address, _CreatesAFile(marker))
+        staller = socket.create_connection(listener.server.getsockname()[:2])  # connects and never speaks
+        big = _hostile_send(listener.address, b"x" * 100_000)
+        results: list[Connection] = []
+        worker = threading.Thread(target=lambda: results.append(connect(listener.address, key)))
+        worker.start()
+        conn = _accept(listener)
+        worker.join(30)
+        assert conn is not None and results, "the keyed worker was not accepted"
+        results[0].send({"hello": 1})
+        assert conn.recv() == {"hello": 1}
+        assert not marker.exists(), "a pickle from an unauthenticated peer was loaded"
+        assert listener.rejected >= 2
+        for sock in (hostile, staller, big):
+            sock.close()
+        conn.close()
+        results[0].close()
+    finally:
+        listener.close()
+    assert not marker.exists()
+
+
+def test_a_worker_refuses_a_listener_that_does_not_hold_the_key() -> None:
+    listener = AuthListener(new_key(), handshake_timeout=5)
+    try:
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                connect(listener.address, new_key(), timeout=10)
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                errors.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert _accept(listener, 5) is None
+        thread.join(30)
+        assert errors and isinstance(errors[0], (AuthenticationError, EOFError, OSError))
+    finally:
+        listener.close()
+
+
+def test_a_handshake_message_is_never_unpickled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handshake reads raw bytes only: ``Connection.recv`` (a pickle load) is never called."""
+    calls: list[str] = []
+    original = Connection.recv
+
+    def spy(self: Connection) -> object:
+        calls.append("recv")
+        return original(self)
+
+    monkeypatch.setattr(Connection, "recv", spy)
+    key = new_key()
+    listener = AuthListener(key, handshake_timeout=5)
+    try:
+        sock = _hostile_send(listener.address, pickle.dumps("anything"))
+        assert _accept(listener, 3) is None
+        sock.close()
+    finally:
+        listener.close()
+    assert calls == []
+    assert channel.MAX_HANDSHAKE_MESSAGE <= 256
+
+
+BODY = """
+def body():
+    return None
+"""
+
+
+def test_a_hostile_client_connecting_first_neither_runs_code_nor_stops_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "pwned"
+    sockets: list[socket.socket] = []
+
+    class HostileFirst(AuthListener):
+        def __init__(self, key: bytes) -> None:
+            super().__init__(key)
+            sockets.append(_hostile_send(self.address, _CreatesAFile(marker)))  # before any rank starts
+
+    monkeypatch.setattr(pool, "AuthListener", HostileFirst)
+    (tmp_path / "hostile_body_mod.py").write_text(BODY)
+    task = RankTask(
+        node_id="hostile_body_mod.py::body",
+        module_name="hostile_body_mod",
+        module_file=str(tmp_path / "hostile_body_mod.py"),
+        qualname="body",
+        backend="cpu",
+        sys_path=[str(tmp_path)],
+    )
+    ranks = pool.RankPool(1, "cpu")
+    try:
+        ranks.start(timeout=240)
+        outcome = ranks.run(task, timeout=120)
+        assert outcome.results[0].status == STATUS_OK, outcome
+        assert ranks.rejected_connections >= 1
+    finally:
+        ranks.close()
+        for sock in sockets:
+            sock.close()
+    assert not marker.exists(), "the pool unpickled a message from a peer without the key"
