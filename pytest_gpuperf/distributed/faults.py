@@ -5,6 +5,9 @@ from __future__ import annotations
 from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, STATUS_SKIP, RankResult
 from pytest_gpuperf.units import format_value
 
+#: How many of a dead rank's last output lines the failure message quotes (all of it is in the report sections).
+LAST_LINES = 40
+
 
 def _memory_lines(result: RankResult) -> list[str]:
     names = {
@@ -27,10 +30,14 @@ def describe_failure(
     timeout: float | None = None,
     launcher_log: str = "",
     grace: float | None = None,
+    output: dict[int, tuple[str, str]] | None = None,
 ) -> str | None:
-    """``timeout``: the test's limit ran out; ``grace``: the other ranks' wait after one failed ran out."""
-    """The failure text of a distributed test, or None when every rank passed."""
-    hung, died, stacks = hung or [], died or [], stacks or {}
+    """The failure text of a distributed test, or None when every rank passed.
+
+    ``timeout``: the test's limit ran out; ``grace``: the other ranks' wait after one failed ran out;
+    ``output``: each rank's (stdout, stderr) during the test: a dead rank's last lines are quoted.
+    """
+    hung, died, stacks, output = hung or [], died or [], stacks or {}, output or {}
     parts: list[str] = []
     for rank in sorted(results):
         result = results[rank]
@@ -61,8 +68,14 @@ def describe_failure(
     if died:
         parts.append(
             f"rank(s) {', '.join(map(str, sorted(died)))} of {world_size} died without reporting "
-            "(killed by a signal such as the kernel's OOM killer, or a crash); torchrun's output:"
+            "(killed by a signal such as the kernel's OOM killer, os._exit, or a crash)."
         )
+        for rank in sorted(died):
+            out, err = output.get(rank, ("", ""))
+            last = "\n".join((out + err).rstrip().splitlines()[-LAST_LINES:])
+            parts.append(f"  --- rank {rank}'s last output ---")
+            parts.append(_indent(last or "(it printed nothing)"))
+        parts.append("  --- the launcher's output ---")
         parts.append(_indent(launcher_log or "(empty)"))
     if not parts:
         return None

@@ -56,7 +56,11 @@ class PoolManager:
     def run(self, task: RankTask, world_size: int, timeout: float) -> PoolOutcome:
         """Run ``task`` on a pool of ``world_size``; a broken pool is closed so the next test gets a new one."""
         pool = self.get(world_size, task.backend)
-        outcome = pool.run(task, timeout)
+        try:
+            outcome = pool.run(task, timeout)
+        except BaseException:  # Ctrl-C: the pool was killed on the way out
+            self.close(graceful=False)
+            raise
         self.stats.tests += 1
         if outcome.broken:
             self._fault_pending = True

@@ -143,12 +143,25 @@ def gpuperf_torchrun(request: pytest.FixtureRequest, gpuperf_backend: Backend) -
     return TorchrunRunner(request.node, handle, gpuperf_backend.name, timeout)
 
 
+def _close_all(config: pytest.Config, graceful: bool) -> None:
+    """Stop the rank pool and the replica workers of this session, if any."""
+    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
+
+    for key in (MANAGER_KEY, REPLICAS_KEY):
+        owner = config.stash.get(key, None)  # type: ignore[call-overload]
+        if owner is not None:
+            owner.close(graceful=graceful)
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop every rank; on ranks other than 0 of an outer launch, drop baseline updates (rank 0 writes)."""
-    manager = session.config.stash.get(MANAGER_KEY, None)
-    if manager is not None:
-        manager.close()
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop every rank (at once after Ctrl-C); on ranks other than 0 of an outer launch, drop baseline updates."""
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    if interrupted and _uses_workers(session.config):
+        from pytest_gpuperf.distributed.interrupt import arm_second_interrupt
+
+        arm_second_interrupt(session.config, lambda: _close_all(session.config, graceful=False))
+    _close_all(session.config, graceful=not interrupted)
     from pytest_gpuperf.distributed.env import outer_launch
 
     launch = outer_launch()
@@ -157,20 +170,33 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         gpuperf_session.pending_updates.clear()
 
 
+def _uses_workers(config: pytest.Config) -> bool:
+    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
+
+    return config.stash.get(MANAGER_KEY, None) is not None or config.stash.get(REPLICAS_KEY, None) is not None
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Last resort: no rank process outlives the session."""
-    manager = config.stash.get(MANAGER_KEY, None)
-    if manager is not None:
-        manager.close(graceful=False)
+    """Last resort: no rank process outlives the session; the second-Ctrl-C handler is removed."""
+    _close_all(config, graceful=False)
+    from pytest_gpuperf.distributed.interrupt import disarm_second_interrupt
+
+    disarm_second_interrupt(config)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line on the rank pool: starts, rebuilds after faults, tests run."""
+    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
+
     manager = config.stash.get(MANAGER_KEY, None)
-    if manager is None or not manager.stats.started:
-        return
-    stats = manager.stats
-    terminalreporter.write_line(
-        f"gpuperf distributed: {stats.tests} test(s) on {stats.started} rank-pool start(s) "
-        f"({stats.rebuilt_after_fault} rebuilt after a fault), {stats.start_seconds:.1f} s starting ranks"
-    )
+    if manager is not None and manager.stats.started:
+        stats = manager.stats
+        terminalreporter.write_line(
+            f"gpuperf distributed: {stats.tests} test(s) on {stats.started} rank-pool start(s) "
+            f"({stats.rebuilt_after_fault} rebuilt after a fault), {stats.start_seconds:.1f} s starting ranks"
+        )
+    replicas = config.stash.get(REPLICAS_KEY, None)
+    if replicas is not None and replicas.runs:
+        terminalreporter.write_line(
+            f"gpuperf replicas: {replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)"
+        )

@@ -104,11 +104,19 @@ def reset_state(seed: int, backend: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def cleanup_process_groups() -> str:
-    """After each test: destroy process groups the test left behind; say if the default group is gone."""
+def cleanup_process_groups(solo: bool = False) -> str:
+    """After each test: destroy process groups the test left behind; say if the default group is gone.
+
+    ``solo``: a worker without a process group of its own; any group a test made is destroyed.
+    """
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    if solo:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        gc.collect()
+        return ""
     if not dist.is_initialized():
         return "the test destroyed the default process group"
     default = c10d._get_default_group()
@@ -145,11 +153,16 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (MemoryError, RuntimeError)) and any(t in str(exc).lower() for t in _OOM_TEXT)
 
 
-def run_task(task: RankTask, info: RankInfo, backend: Backend) -> RankResult:
-    """Run ``task``'s body on this rank and return its metrics or its failure (never raises)."""
+def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = True) -> RankResult:
+    """Run ``task``'s body on this rank and return its metrics or its failure (never raises).
+
+    ``capture``: keep the body's stdout/stderr in the result; a pool worker passes False (its
+    output goes to files the pytest process reads, which survive the rank's death).
+    """
     import pytest
 
     from pytest_gpuperf.distributed.lockstep import LockstepGpuPerf
+    from pytest_gpuperf.fixture import GpuPerf
 
     started = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
@@ -160,12 +173,16 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend) -> RankResult:
         func = resolve_function(task)
         kwargs = dict(task.kwargs)
         if "gpuperf" in task.wants:
-            kwargs["gpuperf"] = LockstepGpuPerf(task.node_id, backend, collector, dict(task.gpuperf_options))
+            handle_type = LockstepGpuPerf if task.lockstep else GpuPerf
+            kwargs["gpuperf"] = handle_type(task.node_id, backend, collector, dict(task.gpuperf_options))
         if "gpuperf_rank" in task.wants:
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:
             kwargs["gpuperf_backend"] = backend
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        if capture:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                func(**kwargs)
+        else:
             func(**kwargs)
     except pytest.skip.Exception as exc:
         result.status, result.traceback = STATUS_SKIP, str(exc.msg)

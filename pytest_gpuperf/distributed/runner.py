@@ -15,6 +15,7 @@ from pytest_gpuperf.distributed.tasks import RANK_FIXTURES, RankResult, RankTask
 if TYPE_CHECKING:
     from pytest_gpuperf.distributed.manager import PoolManager
     from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,21 @@ class DistSpec:
     timeout: float
 
 
-def build_task(item: pytest.Function, backend: str) -> RankTask:
-    """The picklable description of ``item``'s body: function by reference, other arguments by value."""
+class TaskError(ValueError):
+    """A test whose body cannot be sent to another process (the message says why and what to change)."""
+
+
+def task_for(item: pytest.Function, backend: str, settings: Settings | None, lockstep: bool = True) -> RankTask:
+    """The picklable description of ``item``'s body: function by reference, other arguments by value.
+
+    ``settings``: the pytest process's measuring settings (None: smoke mode); ``lockstep``: the
+    ``gpuperf`` handle measures in lockstep across ranks (False: exactly as in the pytest process).
+    """
     if item.cls is not None:
-        raise pytest.UsageError(
-            f"{item.nodeid}: @pytest.mark.gpuperf_distributed supports module-level test functions only "
-            "(the ranks import the function by module and name); move it out of the class"
+        raise TaskError(
+            f"{item.nodeid}: only module-level test functions can run in another process (it imports the "
+            "function by module and name); move it out of the class"
         )
-    function = item.function
     argnames = item._fixtureinfo.argnames
     wants = tuple(name for name in RANK_FIXTURES if name in argnames)
     kwargs = {name: item.funcargs[name] for name in argnames if name not in RANK_FIXTURES}
@@ -41,45 +49,68 @@ def build_task(item: pytest.Function, backend: str) -> RankTask:
         try:
             pickle.dumps(value)
         except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
-            pytest.fail(
-                f"{item.nodeid}: argument {name!r} ({type(value).__name__}) cannot be sent to the ranks: {exc}. "
-                "Distributed tests may take picklable fixtures and parameters only; build other objects in the body.",
-                pytrace=False,
-            )
-    handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
+            raise TaskError(
+                f"{item.nodeid}: argument {name!r} ({type(value).__name__}) cannot be sent to another process: "
+                f"{exc}. Such tests may take picklable fixtures and parameters only; build other objects in the body."
+            ) from None
     marker = item.get_closest_marker("gpuperf")
     return RankTask(
         node_id=item.nodeid,
         module_name=item.module.__name__,
         module_file=str(item.module.__file__),
-        qualname=function.__qualname__,
+        qualname=item.function.__qualname__,
         backend=backend,
         kwargs=kwargs,
         wants=wants,
         gpuperf_options=dict(marker.kwargs) if marker is not None else {},
-        settings=handle.session.settings if handle is not None and handle.session is not None else None,
+        settings=settings,
         seed=zlib.crc32(item.nodeid.encode()) & 0x7FFFFFFF,
         sys_path=[p for p in sys.path if p],
+        lockstep=lockstep,
     )
 
 
-def attach_rank_output(item: pytest.Function, results: dict[int, RankResult]) -> None:
-    """Each rank's captured stdout/stderr as report sections (shown for failing tests)."""
-    for rank in sorted(results):
-        if results[rank].stdout:
-            item.add_report_section("call", f"rank {rank} stdout", results[rank].stdout)
-        if results[rank].stderr:
-            item.add_report_section("call", f"rank {rank} stderr", results[rank].stderr)
+def build_task(item: pytest.Function, backend: str) -> RankTask:
+    """:func:`task_for` a distributed test; a body that cannot travel fails the test with the reason."""
+    handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
+    settings = handle.session.settings if handle is not None and handle.session is not None else None
+    try:
+        return task_for(item, backend, settings)
+    except TaskError as exc:
+        if item.cls is not None:
+            raise pytest.UsageError(f"{exc} (@pytest.mark.gpuperf_distributed)") from None
+        pytest.fail(f"{exc} (@pytest.mark.gpuperf_distributed)", pytrace=False)
 
 
-def conclude(item: pytest.Function, spec: DistSpec, results: dict[int, RankResult], failure: str | None) -> None:
-    """Fail with the evidence, skip when the ranks skipped, else judge the world's metrics."""
+def attach_rank_output(item: pytest.Function, output: dict[int, tuple[str, str]]) -> None:
+    """Each rank's stdout/stderr as report sections (shown for failing tests), also of ranks that died."""
+    for rank in sorted(output):
+        out, err = output[rank]
+        if out:
+            item.add_report_section("call", f"rank {rank} stdout", out)
+        if err:
+            item.add_report_section("call", f"rank {rank} stderr", err)
+
+
+def conclude(
+    item: pytest.Function,
+    spec: DistSpec,
+    results: dict[int, RankResult],
+    failure: str | None,
+    output: dict[int, tuple[str, str]] | None = None,
+) -> None:
+    """Fail with the evidence, skip when the ranks skipped, else judge the world's metrics.
+
+    ``output``: each rank's (stdout, stderr), also of ranks that sent no result; default: the results' own.
+    """
     from pytest_gpuperf.distributed.aggregate import aggregate
     from pytest_gpuperf.distributed.faults import skip_reason
     from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics, mark_world
 
     handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
-    attach_rank_output(item, results)
+    if output is None:
+        output = {rank: (result.stdout, result.stderr) for rank, result in results.items()}
+    attach_rank_output(item, output)
     mark_world(item, handle, spec.world_size)
     if failure:
         pytest.fail(failure, pytrace=False)
@@ -110,8 +141,9 @@ def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> 
         timeout=spec.timeout if outcome.timed_out else None,
         launcher_log=outcome.launcher_log,
         grace=ERROR_GRACE_SECONDS,
+        output=outcome.output,
     )
-    conclude(item, spec, outcome.results, failure)
+    conclude(item, spec, outcome.results, failure, outcome.output)
 
 
 def spec_for(item: pytest.Item, default_timeout: float) -> DistSpec:

@@ -37,6 +37,8 @@ class RankTask:
     settings: Settings | None = None
     seed: int = 0
     sys_path: list[str] = field(default_factory=list)
+    #: The ``gpuperf`` handle measures in lockstep across ranks (False: as in the pytest process).
+    lockstep: bool = True
 
 
 @dataclass(frozen=True)

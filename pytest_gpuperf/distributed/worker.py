@@ -6,11 +6,16 @@ environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus:
 * ``GPUPERF_POOL_ADDR`` (host:port) and ``GPUPERF_POOL_KEY`` (hex): where to report, and the key both
   sides prove they hold before any pickle is exchanged (:mod:`.channel`);
 * ``GPUPERF_POOL_BACKEND``: ``cpu`` (gloo) or ``cuda`` (NCCL, one GPU per rank);
-* ``GPUPERF_POOL_PARENT``: the pytest process id; the rank exits when it disappears;
-* ``GPUPERF_POOL_DIR``: where ``rank<N>.stacks`` receives all threads' stacks on SIGUSR1;
+* ``GPUPERF_POOL_PARENT`` / ``GPUPERF_POOL_PARENT_START``: the pytest process id and start time; the rank
+  exits when that process is gone, a zombie or replaced (and, through ``PR_SET_PDEATHSIG``, when its launcher dies);
+* ``GPUPERF_POOL_DIR``: the pool's folder: ``rank<N>.out`` / ``rank<N>.err`` receive the rank's stdout and
+  stderr (file descriptors 1 and 2, so C libraries' output and the last words before ``os._exit`` are kept),
+  ``rank<N>.stacks`` all threads' stacks on SIGUSR1;
+* ``GPUPERF_POOL_SOLO``: a single worker started directly (no torchrun, no process group), for
+  :mod:`.replicate`;
 * ``GPUPERF_POOL_PG_TIMEOUT``: the process group's collective timeout in seconds.
 
-It joins the default process group once, then runs test bodies until told to stop.
+It joins the default process group once (unless solo), then runs test bodies until told to stop.
 """
 
 from __future__ import annotations
@@ -25,25 +30,46 @@ from datetime import timedelta
 from pathlib import Path
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit hard when the pytest process is gone, even if the main thread is stuck in a collective."""
+def _watch_parent(parent: int, start_time: str) -> None:
+    """Exit hard when the pytest process is gone (or a zombie), even if the main thread is stuck in a collective."""
+    from pytest_gpuperf.distributed.processes import process_alive
+
     while True:
         time.sleep(0.5)
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
+        if not process_alive(parent, start_time):
             os._exit(3)
-        except PermissionError:
-            pass
+
+
+def _redirect_output(directory: Path, rank: int) -> None:
+    """Send this process's stdout and stderr (the file descriptors) to ``rank<N>.out`` / ``rank<N>.err``."""
+    for fd, suffix in ((1, "out"), (2, "err")):
+        target = os.open(directory / f"rank{rank}.{suffix}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
 
 
 def main() -> int:
-    """Join the process group, connect to the pytest process, serve tasks until ``stop``."""
+    """Join the process group (unless solo), connect to the pytest process, serve tasks until ``stop``."""
     os.environ["GPUPERF_POOL_WORKER"] = "1"
-    rank, local_rank, world_size = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-    backend_name = os.environ.get("GPUPERF_POOL_BACKEND", "cpu")
-    threading.Thread(target=_watch_parent, args=(int(os.environ["GPUPERF_POOL_PARENT"]),), daemon=True).start()
-    stacks = open(Path(os.environ["GPUPERF_POOL_DIR"]) / f"rank{rank}.stacks", "w")  # stays open for faulthandler
+    solo = os.environ.get("GPUPERF_POOL_SOLO") == "1"
+    if solo:
+        rank, local_rank, world_size = 0, 0, 1
+    else:
+        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+    directory = Path(os.environ["GPUPERF_POOL_DIR"])
+    _redirect_output(directory, rank)
+
+    from pytest_gpuperf.distributed.processes import die_with_parent
+
+    if not solo:
+        launcher = os.getppid()
+        die_with_parent()
+        if os.getppid() != launcher:  # the launcher died before the request took effect
+            os._exit(3)
+    parent = (int(os.environ["GPUPERF_POOL_PARENT"]), os.environ.get("GPUPERF_POOL_PARENT_START", ""))
+    threading.Thread(target=_watch_parent, args=parent, daemon=True).start()
+    stacks = open(directory / f"rank{rank}.stacks", "w")  # stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
     import torch
@@ -56,12 +82,15 @@ def main() -> int:
     from pytest_gpuperf.distributed.tasks import RankInfo
 
     timeout = timedelta(seconds=float(os.environ.get("GPUPERF_POOL_PG_TIMEOUT", "1800")))
-    if backend_name == "cuda":
+    backend_name = os.environ.get("GPUPERF_POOL_BACKEND", "cpu")
+    if solo:
+        pass  # one process measuring on its own: no process group
+    elif backend_name == "cuda":
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", timeout=timeout, device_id=torch.device("cuda", local_rank))
     else:
         dist.init_process_group("gloo", timeout=timeout)
-    info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS[backend_name])
+    info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS.get(backend_name, ""))
     backend = get_backend(backend_name)
     conn = connect(os.environ["GPUPERF_POOL_ADDR"], bytes.fromhex(os.environ["GPUPERF_POOL_KEY"]))
     conn.send({"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
@@ -73,9 +102,12 @@ def main() -> int:
         if message[0] == "stop":
             break
         task = message[1]
-        dist.barrier()
-        result = run_task(task, info, backend)
-        result.dirty = cleanup_process_groups()
+        if not solo:
+            dist.barrier()
+        result = run_task(task, info, backend, capture=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        result.dirty = cleanup_process_groups(solo)
         conn.send(result)
         if result.dirty:
             break
