@@ -106,3 +106,66 @@ def test_raise_hang_and_oom_each_fail_one_test_with_evidence_and_leave_no_rank_b
     assert elapsed < 240, f"the faults took {elapsed:.0f} s"
     time.sleep(1.0)
     assert _processes_tagged(tag) == [], "rank or launcher processes outlived the pytest session"
+
+
+LAST_WORDS = """
+import os
+import signal
+import sys
+
+import pytest
+import torch.distributed as dist
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_a_exits_hard_on_rank1(gpuperf_rank):
+    if gpuperf_rank.rank == 1:
+        print("rank 1 says goodbye on stdout")
+        sys.stderr.write("rank 1 complains on stderr\\n")
+        os._exit(5)
+    dist.barrier()
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_b_is_sigkilled_on_rank1(gpuperf_rank):
+    if gpuperf_rank.rank == 1:
+        print("rank 1 before SIGKILL")
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_c_prints_and_fails(gpuperf_rank):
+    print(f"rank {gpuperf_rank.rank} was here")
+    assert gpuperf_rank.rank == 0
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_d_runs_after_them(gpuperf_rank):
+    dist.barrier()
+"""
+
+
+def test_a_ranks_own_output_before_os_exit_or_sigkill_is_in_the_failure(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_last_words=LAST_WORDS)
+    result = pytester.runpytest(*fast_args)
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_a_exits_hard_on_rank1*distributed test failed on 2 rank(s)*",
+            "*rank(s) 1 of 2 died without reporting*",
+            "*--- rank 1's last output ---*",
+            "*rank 1 says goodbye on stdout*",
+            "*rank 1 complains on stderr*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*test_b_is_sigkilled_on_rank1*distributed test failed on 2 rank(s)*",
+            "*--- rank 1's last output ---*",
+            "*rank 1 before SIGKILL*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*Captured rank 1 stdout call*", "*rank 1 was here*"])
