@@ -1,4 +1,4 @@
-"""Unit tests of the distributed feature's pieces: line protocol, per-rank aggregation, env, fault text, pool state."""
+"""Unit tests of the distributed feature's pieces: script lines, per-rank aggregation, env, fault text, pool state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pytest_gpuperf.distributed.aggregate import aggregate
 from pytest_gpuperf.distributed.env import SAFE_ENV, outer_launch, process_env, resolve_world_size, world_size_problem
 from pytest_gpuperf.distributed.faults import describe_failure, skip_reason
 from pytest_gpuperf.distributed.pool import PoolOutcome
-from pytest_gpuperf.distributed.protocol import ProtocolError, format_line, parse_line, parse_output
+from pytest_gpuperf.distributed.script_lines import ScriptLineError, format_line, parse_line, parse_output
 from pytest_gpuperf.distributed.tasks import RankResult
 from pytest_gpuperf.distributed.torchrun import script_metrics
 from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric
@@ -25,9 +25,9 @@ def test_a_gpuperf_line_round_trips_and_keeps_unknown_fields_as_extra() -> None:
 
 def test_lines_without_the_prefix_are_ignored_and_bad_json_names_the_problem() -> None:
     assert parse_line("Step 0 | Loss: 1.0") is None
-    with pytest.raises(ProtocolError, match="not valid JSON"):
+    with pytest.raises(ScriptLineError, match="not valid JSON"):
         parse_line('GPUPERF {"rank": 0, ')
-    with pytest.raises(ProtocolError, match="integer 'rank'"):
+    with pytest.raises(ScriptLineError, match="integer 'rank'"):
         parse_line('GPUPERF {"peak_memory": 1}')
 
 

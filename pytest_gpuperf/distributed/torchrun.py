@@ -1,6 +1,6 @@
 """The ``gpuperf_torchrun`` fixture's runner: a script on N ranks via ``python -m torch.distributed.run``.
 
-The script reports on ``GPUPERF {...}`` lines (see :mod:`.protocol`) or with the
+The script reports on ``GPUPERF {...}`` lines (see :mod:`.script_lines`) or with the
 seed's ``Step | Loss | Peak VRAM/GPU`` lines; the runner turns them into metrics
 (per-rank peak memory, the slowest rank's tokens/s, imbalance) and judges them
 under an N-rank fingerprint. A script that outlives its timeout gets SIGABRT
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuperf.distributed.env import process_env, torchrun_command, world_size_problem
-from pytest_gpuperf.distributed.protocol import ScriptReport, parse_output
+from pytest_gpuperf.distributed.script_lines import ScriptReport, parse_output
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, Metric
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class TorchrunRunner:
                 pytest.fail(
                     f"{self.item.nodeid}: {path.name} printed no 'GPUPERF {{\"rank\": ...}}' line and no "
                     f"'Step N | Loss: x | Peak VRAM/GPU: y GB' line; print one per rank (see "
-                    f"pytest_gpuperf.distributed.protocol). Output:\n{output[-OUTPUT_TAIL:]}",
+                    f"pytest_gpuperf.distributed.script_lines). Output:\n{output[-OUTPUT_TAIL:]}",
                     pytrace=False,
                 )
             judge_world_metrics(self.item, self.handle, nproc_per_node, metrics)

@@ -1,4 +1,4 @@
-"""The line protocol through which a script started by ``gpuperf_torchrun`` reports its numbers.
+"""The ``GPUPERF {...}`` lines a script under ``gpuperf_torchrun`` prints, and the seed's ``Peak VRAM`` lines: parsing.
 
 Each rank prints one machine-readable line (anything may precede ``GPUPERF``, for
 example torchrun's ``[rank0]:`` prefix)::
@@ -26,7 +26,7 @@ _SEED_LINE = re.compile(
 )
 
 
-class ProtocolError(ValueError):
+class ScriptLineError(ValueError):
     """A ``GPUPERF`` line that is not valid JSON or lacks a field."""
 
 
@@ -71,7 +71,7 @@ def format_line(**fields: Any) -> str:
 
 
 def parse_line(line: str) -> RankReport | None:
-    """The report on ``line`` if it carries ``GPUPERF {...}``, else None; bad JSON raises ProtocolError."""
+    """The report on ``line`` if it carries ``GPUPERF {...}``, else None; bad JSON raises ScriptLineError."""
     index = line.find(PREFIX)
     if index < 0:
         return None
@@ -80,9 +80,9 @@ def parse_line(line: str) -> RankReport | None:
         data = json.loads(payload)
     except json.JSONDecodeError as exc:
         where = f"{exc.msg} at column {exc.pos}"
-        raise ProtocolError(f"GPUPERF line is not valid JSON ({where}): {payload[:200]}") from None
+        raise ScriptLineError(f"GPUPERF line is not valid JSON ({where}): {payload[:200]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("rank"), int):
-        raise ProtocolError(f"GPUPERF line needs a JSON object with an integer 'rank': {payload[:200]}")
+        raise ScriptLineError(f"GPUPERF line needs a JSON object with an integer 'rank': {payload[:200]}")
     report = RankReport(rank=data.pop("rank"))
     for key in ("peak_memory", "tokens_per_s"):
         if data.get(key) is not None:
