@@ -1,138 +1,63 @@
-"""The measuring loop: warm-up, adaptive repetitions, device-correct timing, drift reference.
+"""The measuring loop: steady-state warm-up, budgeted sampling, device time on CUDA, contention guard.
 
-Each *sample* is ``iters`` back-to-back calls of the step divided by ``iters``,
-where ``iters`` is chosen so one sample lasts at least ``min_sample_time`` (so
-timer resolution and launch jitter do not dominate short steps). How a sample is
-timed (``TimingResult.method``):
+Phases of :func:`measure_time`, all inside ``max_time`` (one call of a step
+longer than the budget is still made, so a slow step costs about two calls):
 
-* ``events``: the backend's ``time_block`` (CUDA events on CUDA; synchronize + host clock elsewhere);
-* ``thread_cpu``: on the CPU backend with one intra-op thread, the calling thread's CPU time, so slices
-  the scheduler gave to other processes are not counted (``cpu_clock``);
-* ``cuda_graph``: on CUDA, steps shorter than ``graph_threshold`` are captured ``iters`` times into a
-  CUDA graph whose replays are timed, so launch overhead does not swamp them (fallback: ``events``);
-* ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache and is
-  timed alone.
+1. **Warm-up** (:mod:`pytest_gpuperf.warmup`) until the step's recent calls stop trending, at most
+   ``warmup_share`` of the budget; a step that never settles is flagged (``settled=False``). The warm-up also
+   calibrates the iterations per sample (no separate calibration calls) and, on the CPU's thread clock, detects
+   a step that blocks (sleeps, waits for I/O, threads or a collective): that step is timed by the wall clock.
+2. **Sampling**: each *sample* is ``iters`` back-to-back calls divided by ``iters`` (one sample lasts at least
+   ``min_sample_time``). Samples the measuring thread spent waiting for a CPU are retaken (bounded) by a
+   :class:`~pytest_gpuperf.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
+   Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's
+   :class:`~pytest_gpuperf.decision.StopRule` says more samples would not change the verdict), ``precise``
+   (no baseline; the judged quantile's 95% half-width is below ``target_precision``), ``max_samples``, or
+   ``budget`` (``budget_exhausted`` when undecided) -- but never before :data:`MIN_SAMPLES_FLOOR` samples
+   unless one sample is a third of the budget.
 
-Sampling stops at the first of (``TimingResult.stop``):
+How the judged samples are timed (``TimingResult.method``):
 
-* ``decided``: a :class:`~pytest_gpuperf.decision.StopRule` (the baseline and tolerance) says the
-  uncertainty is small enough to decide (like nvbench's noise criterion, but against the baseline);
-* ``precise``: no baseline to decide against, and the judged quantile's 95% half-width is below
-  ``target_precision``;
-* ``max_samples``; or ``budget``: ``max_time`` ran out (reported as ``budget_exhausted`` when undecided).
+* ``thread_cpu``: the CPU backend with one intra-op thread (the default, ``cpu_threads``): the calling
+  thread's CPU time, so slices the scheduler gave to other processes are not counted;
+* ``wall``: a CPU step found blocking on the thread clock, timed by the wall clock (``method_note`` says why);
+* ``events``: the backend's ``time_block`` (sync + host clock on the CPU, device events elsewhere);
+* ``cuda_graph`` / ``cupti``: on CUDA, the GPU's own time per step (:mod:`pytest_gpuperf.device_time`):
+  replay of a CUDA graph of the whole step, else the sum of its kernels' durations; the eager per-step time
+  (events around eager calls) is kept beside it (``eager_samples``, ``host_overhead``, ``host_bound``);
+* ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache, timed alone.
+
+With an infinite ``max_time`` (the distributed lockstep loop, where every rank must make the same calls) the
+warm-up is exactly ``min_warmup_calls`` calls, no sample is retaken and no profiler is started.
 
 The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``).
-When a reference workload is given (a :class:`~pytest_gpuperf.reference.Probe`), one reference sample
-is timed right after each step sample; ``normalized`` holds the step samples divided by the run's
-reference quantile, which cancels drift of the machine's speed between runs (see
-:mod:`pytest_gpuperf.compare`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401 (re-exported)
+from pytest_gpuperf.contention import ContentionGuard, thread_wait_reader
+from pytest_gpuperf.sampling import (  # noqa: F401 (re-exported: the loop's public vocabulary)
+    BLOCKING_SHARE,
+    CPU_CLOCKS,
+    GRAPH_MODES,
+    HOST_BOUND_SHARE,
+    MIN_SAMPLES_FLOOR,
+    MeasureConfig,
+    StopCheck,
+    TimingResult,
+    counted,
+    sample_floor,
+    sample_loop,
+)
+from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401
+from pytest_gpuperf.warmup import WarmupResult, iters_for, warm_up
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-
-GRAPH_MODES = ("auto", "on", "off")
-CPU_CLOCKS = ("auto", "thread", "wall")
-
-
-@dataclass(frozen=True)
-class MeasureConfig:
-    """Knobs of the measuring loop (from ini, command line or the test's marker)."""
-
-    warmup_time: float = 0.05
-    min_warmup_calls: int = 2
-    min_sample_time: float = 0.002
-    min_samples: int = 30
-    max_samples: int = 200
-    max_time: float = 2.0
-    target_precision: float = 0.01
-    use_reference: bool = True
-    l2_flush: bool = False
-    cuda_graph: str = "auto"
-    graph_threshold: float = 100e-6
-    cpu_clock: str = "auto"
-
-
-@dataclass
-class TimingResult:
-    """What the loop observed: per-step times, drift-normalized ratios and how it got them."""
-
-    samples: list[float]
-    normalized: list[float] = field(default_factory=list)
-    reference_samples: list[float] = field(default_factory=list)
-    iters_per_sample: int = 1
-    warmup_calls: int = 0
-    elapsed: float = 0.0
-    budget_exhausted: bool = False
-    precision: float = float("nan")
-    method: str = "events"
-    method_note: str = ""
-    reference: str = ""
-    stop: str = ""
-
-    @property
-    def median(self) -> float:
-        """Median seconds per step."""
-        return median(self.samples)
-
-    @property
-    def typical(self) -> float:
-        """The judged statistic: the :data:`STAT_QUANTILE` quantile of seconds per step."""
-        return quantile(self.samples, STAT_QUANTILE)
-
-    def renormalize(self) -> None:
-        """``normalized`` = each step sample / the run's reference quantile (drift of the whole run cancels)."""
-        if self.reference_samples:
-            ref = quantile(self.reference_samples, STAT_QUANTILE)
-            self.normalized = [s / ref for s in self.samples] if ref > 0 else []
-
-    def summary(self) -> dict[str, object]:
-        """JSON-able facts about how the timing was taken (for a metric's ``extra``)."""
-        out: dict[str, object] = {
-            "iters_per_sample": self.iters_per_sample,
-            "precision": self.precision,
-            "budget_exhausted": self.budget_exhausted,
-            "method": self.method,
-            "stop": self.stop,
-            "measure_seconds": round(self.elapsed, 4),
-        }
-        if self.reference:
-            out["reference"] = self.reference
-        if self.method_note:
-            out["method_note"] = self.method_note
-        return out
-
-
-class StopCheck(Protocol):
-    """Says whether the samples so far suffice to decide against the baseline."""
-
-    def decided(self, result: TimingResult) -> bool:
-        """True when more samples would not change the decision."""
-        ...
-
-
-def _calibrate(time_iters: Callable[[int], float], min_sample_time: float) -> tuple[int, float]:
-    """Iterations per sample so that one sample lasts at least ``min_sample_time``; also seconds per call."""
-    iters = 1
-    while True:
-        elapsed = time_iters(iters)
-        if elapsed >= min_sample_time or iters >= 1 << 20:
-            return iters, elapsed / iters
-        if elapsed <= 0:
-            iters *= 10
-        else:
-            iters = max(iters + 1, math.ceil(iters * min_sample_time * 1.2 / elapsed))
-
 
 TimeBlock = Callable[[Callable[[], object], int], float]
 
@@ -160,83 +85,97 @@ def block_timer(backend: Backend, config: MeasureConfig) -> tuple[TimeBlock, str
     return backend.time_block, "events"
 
 
-def _sampler(
-    backend: Backend, step: Callable[[], object], config: MeasureConfig, result: TimingResult, timer: TimeBlock
-) -> tuple[Callable[[], float], Callable[[], None]]:
-    """Choose the timing method; return (take one per-call sample, release resources)."""
-    if config.l2_flush and backend.runs_torch:
-        from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
+def new_guard(config: MeasureConfig) -> ContentionGuard:
+    """The contention guard of one measurement (no retakes when ranks must agree on every count)."""
+    return ContentionGuard(limit=config.wait_share_limit, max_retakes=0 if counted(config) else config.min_samples)
 
-        flusher = L2Flusher(backend.device())
-        iters, _ = _calibrate(lambda n: time_flushed(timer, step, n, flusher), config.min_sample_time)
-        result.iters_per_sample, result.method = iters, "l2_flush"
-        return (lambda: time_flushed(timer, step, iters, flusher) / iters), (lambda: None)
-    iters, per_call = _calibrate(lambda n: timer(step, n), config.min_sample_time)
-    result.iters_per_sample = iters
-    short = per_call < config.graph_threshold or config.cuda_graph == "on"
-    if backend.name == "cuda" and config.cuda_graph != "off" and short:
-        from pytest_gpuperf.cuda_graph import capture
 
-        graph, reason = capture(step, iters)
-        if graph is not None:
-            result.method, result.iters_per_sample = "cuda_graph", graph.iters
-            return (lambda: graph.time() / graph.iters), graph.close
-        result.method_note = f"CUDA graph capture failed ({reason}); timed event loops instead"
-    return (lambda: timer(step, iters) / iters), (lambda: None)
+def _warm(backend: Backend, step: Callable[[], object], config: MeasureConfig, timer: TimeBlock) -> WarmupResult:
+    budget = max(config.warmup_time, config.warmup_share * config.max_time)
+    return warm_up(
+        lambda: timer(step, 1),
+        min_time=config.warmup_time,
+        min_calls=config.min_warmup_calls,
+        budget=budget,
+        tolerance=config.settle_tolerance,
+        cpu_now=time.thread_time if backend.name == "cpu" else None,
+        wait_ns=thread_wait_reader(),
+        fixed_calls=config.min_warmup_calls if counted(config) else None,
+    )
+
+
+def blocking_note(cpu_share: float) -> str:
+    """The ``method_note`` of a CPU step timed by the wall clock because it blocks."""
+    return (
+        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time "
+        "(sleep, I/O, worker threads or a collective); timed by the wall clock, which counts the waiting"
+    )
 
 
 def measure_time(
     backend: Backend,
     step: Callable[[], object],
     config: MeasureConfig,
-    reference: Callable[[], object] | None = None,
+    reference: object | None = None,
     stop_rule: StopCheck | None = None,
 ) -> TimingResult:
-    """Warm up, then sample the step (interleaved with ``reference`` when given) adaptively.
+    """Warm up until steady, then sample ``step`` within ``config.max_time`` (see the module doc).
 
-    ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the
-    verdict is clear; without it sampling stops at ``target_precision``.
+    ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the verdict is clear;
+    without it sampling stops at ``target_precision``. ``reference`` is accepted and ignored (the drift
+    probes were removed; callers still passing one keep working).
     """
+    del reference
+    from pytest_gpuperf.cpu_threads import measuring_threads
+
     started = time.perf_counter()
+    threads = config.cpu_threads if backend.name == "cpu" else 0
+    with measuring_threads(threads) as running:
+        result = _measure(backend, step, config, stop_rule, started)
+        if backend.name == "cpu":
+            result.cpu_threads = running
+    result.elapsed = time.perf_counter() - started
+    return result
+
+
+def _measure(
+    backend: Backend, step: Callable[[], object], config: MeasureConfig, stop_rule: StopCheck | None, started: float
+) -> TimingResult:
     timer, clock = block_timer(backend, config)
     result = TimingResult(samples=[], method=clock)
-    while result.warmup_calls < config.min_warmup_calls or time.perf_counter() - started < config.warmup_time:
-        timer(step, 1)
-        result.warmup_calls += 1
-        if time.perf_counter() - started > config.max_time / 2:
-            break
-    take_sample, release = _sampler(backend, step, config, result, timer)
-    ref_iters = 0
-    if reference is not None and config.use_reference:
-        result.reference = str(getattr(reference, "name", "reference"))
-        timer(reference, 1)
-        ref_iters, _ = _calibrate(lambda n: timer(reference, n), config.min_sample_time / 2)
-    loop_start = time.perf_counter()
-    try:
-        while True:
-            sample = take_sample()
-            result.samples.append(sample)
-            if ref_iters:
-                ref = timer(reference, ref_iters) / ref_iters  # type: ignore[arg-type]
-                result.reference_samples.append(ref)
-                result.renormalize()
-            n = len(result.samples)
-            if n >= config.min_samples:
-                result.precision = quantile_precision(result.samples)
-                if stop_rule is not None and stop_rule.decided(result):
-                    result.stop = "decided"
-                elif stop_rule is None and result.precision <= config.target_precision:
-                    result.stop = "precise"
-                elif n >= config.max_samples:
-                    result.stop = "max_samples"
-                if result.stop:
-                    break
-            if time.perf_counter() - loop_start > config.max_time:
-                result.stop = "budget"
-                result.precision = quantile_precision(result.samples)
-                result.budget_exhausted = True  # undecided (or imprecise) when the time ran out
-                break
-    finally:
-        release()
-    result.elapsed = time.perf_counter() - started
+    warm = _warm(backend, step, config, timer)
+    result.warmup_calls, result.warmup_seconds, result.settled = warm.calls, warm.seconds, warm.settled
+    per_call = warm.per_call
+    if clock == "thread_cpu" and warm.cpu_share is not None and warm.cpu_share < BLOCKING_SHARE:
+        if config.cpu_clock == "auto":
+            timer, result.method, per_call = backend.time_block, "wall", 0.0
+            result.method_note = blocking_note(warm.cpu_share)
+        else:
+            result.method_note = (
+                f"the step blocks (its thread computed for {warm.cpu_share:.1%} of the wall time) but "
+                "--gpuperf-cpu-clock=thread counts only its CPU time: waiting is not in these numbers"
+            )
+    iters = iters_for(per_call, warm.wall_per_call, config.min_sample_time)
+    result.iters_per_sample = iters
+    deadline = started + config.max_time
+    floor = sample_floor(config, max(per_call, warm.wall_per_call) * iters)
+    if floor == 1:
+        note = f"one call ({warm.wall_per_call:.3g} s) is over a third of the {config.max_time:g} s budget"
+        result.method_note = "; ".join(filter(None, [result.method_note, note]))
+    guard = new_guard(config)
+    if config.l2_flush and backend.runs_torch:
+        from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
+
+        flusher = L2Flusher(backend.device())
+        result.method = "l2_flush"
+        sample_loop(
+            lambda: time_flushed(timer, step, iters, flusher) / iters, result, config, stop_rule, deadline, floor, guard
+        )
+    elif backend.name == "cuda":
+        from pytest_gpuperf.device_time import measure_device_time
+
+        measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
+    else:
+        sample_loop(lambda: timer(step, iters) / iters, result, config, stop_rule, deadline, floor, guard)
+    result.contention = guard.summary()
     return result

@@ -1,0 +1,57 @@
+"""The CPU backend's intra-op thread count while measuring (``--gpuperf-cpu-threads``, default 1).
+
+Like ``torch.utils.benchmark.Timer``, CPU steps are timed with one intra-op torch
+thread by default: on a shared runner several threads swing with the
+neighbours' load (one baseline's samples spread 63x with the default threads;
+18 of 19 runs were clean with one). The count is recorded in the CPU
+fingerprint (``threads``) and the user's own setting is restored after each
+measurement. ``0`` leaves torch's thread count as the test set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: Intra-op threads while timing a CPU step, unless ``--gpuperf-cpu-threads`` says otherwise.
+DEFAULT_CPU_THREADS = 1
+
+_configured: list[int] = [DEFAULT_CPU_THREADS]
+
+
+def configure(threads: int) -> None:
+    """Set the session's measuring thread count (``0``: the test's own); ``ValueError`` below 0."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"expected a whole number of threads >= 0 (0: keep torch's own), got {threads!r}")
+    _configured[0] = threads
+
+
+def configured() -> int:
+    """The session's measuring thread count (``0``: the test's own)."""
+    return _configured[0]
+
+
+def effective(threads: int | None = None) -> int:
+    """The thread count a CPU measurement runs with: ``threads`` (or the session's), torch's own for 0."""
+    wanted = configured() if threads is None else threads
+    if wanted > 0:
+        return wanted
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+@contextmanager
+def measuring_threads(threads: int) -> Iterator[int]:
+    """Run the body with ``threads`` intra-op torch threads (0: unchanged); restore the previous count after."""
+    import torch
+
+    previous = int(torch.get_num_threads())
+    if threads <= 0 or threads == previous:
+        yield previous
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(previous)

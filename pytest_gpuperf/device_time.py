@@ -1,0 +1,173 @@
+"""Device time of a CUDA step: CUDA-graph replay of the whole step, else CUPTI kernel sums, else events.
+
+Events around eager calls time the host as much as the GPU: the seed's Linear
+forward + backward read 398 us that way on the H200, of which the GPU's kernels
+took 197 us and one graph replay of the whole step 209 us; between fresh
+processes eager times spread 2.2x where replays spread 0.5%. So the judged
+samples are the GPU's own time per step:
+
+* ``cuda_graph``: the whole step (forward, backward, a capturable optimizer)
+  captured into one graph (:mod:`pytest_gpuperf.cuda_graph`), replays timed by
+  events; an eager sample (events around ``iters`` eager calls, retaken when the
+  host thread waited for a CPU) is taken beside each replay;
+* ``cupti``: capture failed (a host sync, a non-capturable op or optimizer):
+  eager samples first (half the remaining budget), then one profiler session
+  whose per-step kernel durations are summed (:mod:`pytest_gpuperf.cupti`);
+* ``events``: neither worked; the eager samples are judged (``method_note`` says why).
+
+The eager samples give ``eager_time`` and ``host_overhead`` (eager minus device
+time) and ``host_bound``; NVML readings (:mod:`pytest_gpuperf.nvml`) taken at the
+start, every :data:`CLOCK_EVERY` samples and at the end go into ``clocks``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuperf.sampling import TimingResult, counted, sample_loop
+from pytest_gpuperf.stats import median, quantile_precision
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.contention import ContentionGuard
+    from pytest_gpuperf.nvml import ClockWatch
+    from pytest_gpuperf.sampling import MeasureConfig, StopCheck
+    from pytest_gpuperf.warmup import WarmupResult
+
+#: Read NVML every this many samples (a reading costs tens of microseconds).
+CLOCK_EVERY = 10
+#: Most steps run inside the CUDA profiler (each kernel sum is one exact step; a few dozen suffice).
+MAX_PROFILED_STEPS = 30
+
+Capture = Callable[[Callable[[], object], int], tuple[Any, str]]
+KernelSums = Callable[[Callable[[], object], int], tuple[list[float], str]]
+
+
+def _default_capture(step: Callable[[], object], iters: int) -> tuple[Any, str]:
+    from pytest_gpuperf.cuda_graph import capture
+
+    return capture(step, iters)
+
+
+def _default_kernel_sums(step: Callable[[], object], steps: int) -> tuple[list[float], str]:
+    from pytest_gpuperf.cupti import kernel_sums
+
+    return kernel_sums(step, steps)
+
+
+def _default_watch() -> ClockWatch:
+    from pytest_gpuperf.nvml import ClockWatch
+
+    return ClockWatch.for_current_device()
+
+
+def measure_device_time(
+    backend: Backend,
+    step: Callable[[], object],
+    config: MeasureConfig,
+    result: TimingResult,
+    stop_rule: StopCheck | None,
+    deadline: float,
+    floor: int,
+    guard: ContentionGuard,
+    warm: WarmupResult,
+    *,
+    capture: Capture = _default_capture,
+    kernel_sums: KernelSums = _default_kernel_sums,
+    watch: ClockWatch | None = None,
+    now: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Fill ``result`` with device-time samples of ``step`` (module doc); graph, profiler and NVML injectable."""
+    watch = watch if watch is not None else _default_watch()
+    watch.read()
+    iters = result.iters_per_sample
+    per_call = max(warm.per_call, warm.wall_per_call)
+    taken = [0]
+
+    def eager() -> float:
+        value = guard.take(lambda: backend.time_block(step, iters) / iters, may_retake=lambda: now() < deadline)
+        taken[0] += 1
+        if taken[0] % CLOCK_EVERY == 0:
+            watch.read()
+        return value
+
+    graph, reason = None, "--gpuperf-cuda-graph off"
+    if config.cuda_graph != "off":
+        if counted(config) or (iters + 3) * per_call <= config.max_time / 2:
+            graph, reason = capture(step, iters)
+        else:
+            reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
+    if graph is not None:
+        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor)
+    else:
+        _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now)
+    watch.read()
+    result.clocks = watch.summary()
+
+
+def _graph_samples(
+    graph: Any,
+    eager: Callable[[], float],
+    result: TimingResult,
+    config: MeasureConfig,
+    stop_rule: StopCheck | None,
+    deadline: float,
+    floor: int,
+) -> None:
+    result.method, result.iters_per_sample = "cuda_graph", graph.iters
+
+    def take() -> float:
+        result.eager_samples.append(eager())
+        return graph.time() / graph.iters
+
+    try:
+        sample_loop(take, result, config, stop_rule, deadline, floor)
+    finally:
+        graph.close()
+
+
+def _fallback_samples(
+    step: Callable[[], object],
+    eager: Callable[[], float],
+    result: TimingResult,
+    config: MeasureConfig,
+    stop_rule: StopCheck | None,
+    deadline: float,
+    floor: int,
+    kernel_sums: KernelSums,
+    reason: str,
+    now: Callable[[], float],
+) -> None:
+    notes = [f"no CUDA graph ({reason})"] if reason else []
+    profile = config.cupti and not counted(config)
+    eager_part = TimingResult(samples=[])
+    eager_deadline = now() + max(0.0, deadline - now()) / 2 if profile else deadline
+    sample_loop(eager, eager_part, config, None if profile else stop_rule, eager_deadline, floor)
+    sums: list[float] = []
+    if profile:
+        per_step = median(eager_part.samples)
+        affordable = int(max(0.0, deadline - now()) / per_step) if per_step > 0 else MAX_PROFILED_STEPS
+        steps = max(floor, min(MAX_PROFILED_STEPS, config.max_samples, affordable))
+        sums, why = kernel_sums(step, steps)
+        if not sums:
+            notes.append(f"no CUPTI kernel times ({why})")
+    if sums:
+        result.method, result.iters_per_sample = "cupti", 1
+        result.samples = sums
+        result.eager_samples = list(eager_part.samples)
+        result.precision = quantile_precision(sums)
+        if stop_rule is not None and stop_rule.decided(result):
+            result.stop = "decided"
+        elif stop_rule is None and result.precision <= config.target_precision:
+            result.stop = "precise"
+        else:
+            result.stop, result.budget_exhausted = "budget", True
+    else:
+        notes.append("timed eager calls between CUDA events (host time included)")
+        result.method = "events"
+        result.samples = list(eager_part.samples)
+        result.precision, result.stop = eager_part.precision, eager_part.stop
+        result.budget_exhausted = eager_part.budget_exhausted
+    result.method_note = "; ".join(filter(None, [result.method_note, *notes]))

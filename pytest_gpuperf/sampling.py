@@ -1,0 +1,207 @@
+"""The measuring loop's vocabulary: its settings, its result and the sampling loop with its stop reasons.
+
+Below :mod:`pytest_gpuperf.measure` (which warms up and chooses the clock) and
+:mod:`pytest_gpuperf.device_time` (device time on CUDA), both of which sample
+through :func:`sample_loop`; see :mod:`pytest_gpuperf.measure` for the phases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_gpuperf.contention import WAIT_SHARE_LIMIT
+from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision
+from pytest_gpuperf.warmup import SETTLE_TOLERANCE
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.contention import ContentionGuard
+
+GRAPH_MODES = ("auto", "on", "off")
+CPU_CLOCKS = ("auto", "thread", "wall")
+#: Fewest samples a measurement takes past its budget (one when a single sample is a third of the budget).
+MIN_SAMPLES_FLOOR = 3
+#: A CPU step whose thread ran for less than this share of the wall time it was not waiting for a CPU blocks.
+BLOCKING_SHARE = 0.5
+#: Device busy for less than this share of the eager step's time: the host cannot keep the device busy.
+HOST_BOUND_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Knobs of the measuring loop (from ini, command line or the test's marker)."""
+
+    warmup_time: float = 0.05
+    min_warmup_calls: int = 2
+    #: Share of ``max_time`` the warm-up may take while the step still trends.
+    warmup_share: float = 0.5
+    settle_tolerance: float = SETTLE_TOLERANCE
+    min_sample_time: float = 0.002
+    min_samples: int = 30
+    max_samples: int = 200
+    max_time: float = 2.0
+    target_precision: float = 0.01
+    #: Ignored by the loop (the drift probes are gone); kept while callers still pass it.
+    use_reference: bool = True
+    l2_flush: bool = False
+    #: CUDA graph of the whole step: auto/on (capture, fall back when it fails), off (never).
+    cuda_graph: str = "auto"
+    #: On CUDA without a graph: sum the step's kernel durations from CUPTI (torch.profiler) before falling back
+    #: to events.
+    cupti: bool = True
+    cpu_clock: str = "auto"
+    #: Intra-op torch threads while timing a CPU step (0: leave the test's own count).
+    cpu_threads: int = 1
+    #: Retake a sample whose thread waited for a CPU longer than this share of it.
+    wait_share_limit: float = WAIT_SHARE_LIMIT
+
+
+@dataclass
+class TimingResult:
+    """What the loop observed: per-step times (the judged ones), eager times on CUDA, and how it got them."""
+
+    samples: list[float]
+    #: Always empty: drift normalization was removed; kept until the judge stops reading it.
+    normalized: list[float] = field(default_factory=list)
+    #: CUDA: per-step times of eager calls between device events (the user's wall experience of the device).
+    eager_samples: list[float] = field(default_factory=list)
+    iters_per_sample: int = 1
+    warmup_calls: int = 0
+    warmup_seconds: float = 0.0
+    settled: bool = True
+    elapsed: float = 0.0
+    budget_exhausted: bool = False
+    precision: float = float("nan")
+    method: str = "events"
+    method_note: str = ""
+    stop: str = ""
+    #: CUDA: SM clock and clock-event (throttle) reasons read through NVML while measuring (None: not read).
+    clocks: dict[str, Any] | None = None
+    #: Run-queue wait of the measuring thread and CPU pressure (:meth:`ContentionGuard.summary`).
+    contention: dict[str, Any] | None = None
+    #: Intra-op torch threads the CPU step ran with (None on other backends).
+    cpu_threads: int | None = None
+
+    @property
+    def median(self) -> float:
+        """Median seconds per step."""
+        return median(self.samples)
+
+    @property
+    def typical(self) -> float:
+        """The judged statistic: the :data:`STAT_QUANTILE` quantile of seconds per step."""
+        return quantile(self.samples, STAT_QUANTILE)
+
+    @property
+    def eager_time(self) -> float | None:
+        """The :data:`STAT_QUANTILE` quantile of the eager per-step times (None when not taken apart)."""
+        return quantile(self.eager_samples, STAT_QUANTILE) if self.eager_samples else None
+
+    @property
+    def host_overhead(self) -> float | None:
+        """Eager time minus device time per step, seconds (None without eager samples)."""
+        eager = self.eager_time
+        return None if eager is None else eager - self.typical
+
+    @property
+    def host_bound(self) -> bool | None:
+        """True when the device is busy for less than :data:`HOST_BOUND_SHARE` of the eager step (None: unknown)."""
+        eager = self.eager_time
+        if eager is None or eager <= 0:
+            return None
+        return self.typical < HOST_BOUND_SHARE * eager
+
+    @property
+    def contended(self) -> bool:
+        """True when most kept samples were taken while the measuring thread waited for a CPU."""
+        return bool(self.contention and self.contention.get("contended"))
+
+    def summary(self) -> dict[str, object]:
+        """JSON-able scalar facts about how the timing was taken (for a metric's ``extra``)."""
+        out: dict[str, object] = {
+            "iters_per_sample": self.iters_per_sample,
+            "precision": self.precision,
+            "budget_exhausted": self.budget_exhausted,
+            "method": self.method,
+            "stop": self.stop,
+            "measure_seconds": round(self.elapsed, 4),
+            "warmup_calls": self.warmup_calls,
+            "warmup_seconds": round(self.warmup_seconds, 4),
+            "settled": self.settled,
+        }
+        if self.method_note:
+            out["method_note"] = self.method_note
+        if self.eager_samples:
+            out["eager_time"] = self.eager_time
+            out["host_overhead"] = self.host_overhead
+            out["host_bound"] = self.host_bound
+        if self.cpu_threads is not None:
+            out["cpu_threads"] = self.cpu_threads
+        for key, value in (self.clocks or {}).items():
+            if isinstance(value, (int, float, str, bool)):
+                out[key] = value
+        if self.contention:
+            out["contended"] = self.contended
+            out["retaken_samples"] = self.contention.get("retaken", 0)
+            out["contended_fraction"] = self.contention.get("contended_fraction", 0.0)
+            if self.contention.get("cpu_pressure_avg10") is not None:
+                out["cpu_pressure_avg10"] = self.contention["cpu_pressure_avg10"]
+        return out
+
+
+class StopCheck(Protocol):
+    """Says whether the samples so far suffice to decide against the baseline."""
+
+    def decided(self, result: TimingResult) -> bool:
+        """True when more samples would not change the decision."""
+        ...
+
+
+def counted(config: MeasureConfig) -> bool:
+    """True when every decision must be a count (infinite ``max_time``: the distributed lockstep loop)."""
+    return not math.isfinite(config.max_time)
+
+
+def sample_floor(config: MeasureConfig, seconds_per_sample: float) -> int:
+    """Samples taken even past the budget: :data:`MIN_SAMPLES_FLOOR`, one when a sample is a third of it."""
+    if counted(config) or seconds_per_sample * MIN_SAMPLES_FLOOR <= config.max_time:
+        return min(MIN_SAMPLES_FLOOR, max(1, config.min_samples))
+    return 1
+
+
+def sample_loop(
+    take: Callable[[], float],
+    result: TimingResult,
+    config: MeasureConfig,
+    stop_rule: StopCheck | None,
+    deadline: float,
+    floor: int,
+    guard: ContentionGuard | None = None,
+    now: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Append samples from ``take`` to ``result.samples`` until a stop reason (module doc); sets ``stop``."""
+    while True:
+        if guard is not None:
+            value = guard.take(take, may_retake=lambda: now() < deadline)
+        else:
+            value = take()
+        result.samples.append(value)
+        n = len(result.samples)
+        if n >= config.min_samples:
+            result.precision = quantile_precision(result.samples)
+            if stop_rule is not None and stop_rule.decided(result):
+                result.stop = "decided"
+            elif stop_rule is None and result.precision <= config.target_precision:
+                result.stop = "precise"
+            elif n >= config.max_samples:
+                result.stop = "max_samples"
+            if result.stop:
+                return
+        if now() >= deadline and n >= floor:
+            result.stop = "budget"
+            result.precision = quantile_precision(result.samples)
+            result.budget_exhausted = True  # undecided (or imprecise) when the time ran out
+            return
