@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 MATCH_FIELDS: tuple[str, ...] = ("backend", "device_name", "arch", "memory_gib", "world_size")
-SOFTWARE_FIELDS: tuple[str, ...] = ("driver", "runtime", "torch")
+#: Recorded and shown when they differ from the baseline's (``threads``: the CPU backend's measuring threads).
+SOFTWARE_FIELDS: tuple[str, ...] = ("driver", "runtime", "torch", "threads")
 
 
 def identity(fingerprint: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS) -> dict[str, Any]:

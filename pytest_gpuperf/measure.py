@@ -3,10 +3,11 @@
 Phases of :func:`measure_time`, all inside ``max_time`` (one call of a step
 longer than the budget is still made, so a slow step costs about two calls):
 
-1. **Warm-up** (:mod:`pytest_gpuperf.warmup`) until the step's recent calls stop trending, at most
-   ``warmup_share`` of the budget; a step that never settles is flagged (``settled=False``). The warm-up also
-   calibrates the iterations per sample (no separate calibration calls) and, on the CPU's thread clock, detects
-   a step that blocks (sleeps, waits for I/O, threads or a collective): that step is timed by the wall clock.
+1. **Warm-up** (:mod:`pytest_gpuperf.warmup`): at least ``warmup_time`` and ``warmup_calls`` calls, then
+   until the step's recent calls stop trending, at most ``warmup_share`` of the budget; a step that never
+   settles is flagged (``settled=False``). The warm-up also calibrates the iterations per sample (no separate
+   calibration calls) and, on the CPU's thread clock, detects a step that blocks (sleeps, waits for I/O,
+   threads or a collective): that step is timed by the wall clock.
 2. **Sampling**: each *sample* is ``iters`` back-to-back calls divided by ``iters`` (one sample lasts at least
    ``min_sample_time``). Samples the measuring thread spent waiting for a CPU are retaken (bounded) by a
    :class:`~pytest_gpuperf.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
@@ -95,7 +96,7 @@ def _warm(backend: Backend, step: Callable[[], object], config: MeasureConfig, t
     return warm_up(
         lambda: timer(step, 1),
         min_time=config.warmup_time,
-        min_calls=config.min_warmup_calls,
+        min_calls=max(config.min_warmup_calls, config.warmup_calls),
         budget=budget,
         tolerance=config.settle_tolerance,
         cpu_now=time.thread_time if backend.name == "cpu" else None,

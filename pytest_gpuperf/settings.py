@@ -66,7 +66,8 @@ OPTIONS: list[OptionSpec] = [
         "--gpuperf-cuda-graph",
         "str",
         "auto",
-        "time short CUDA steps as graph replays: auto (< 100 us), on, off",
+        "CUDA device time from a graph of the whole step: auto/on (capture; CUPTI kernel sums, then events "
+        "when capture fails), off (no graph)",
         {"choices": ("auto", "on", "off")},
     ),
     (
@@ -75,6 +76,13 @@ OPTIONS: list[OptionSpec] = [
         "auto",
         "CPU backend clock: thread (CPU time), wall, auto (thread if 1 torch thread)",
         {"choices": ("auto", "thread", "wall")},
+    ),
+    (
+        "--gpuperf-cpu-threads",
+        "int",
+        1,
+        "intra-op torch threads while timing CPU steps (0: the test's own); recorded in the CPU fingerprint",
+        {"minimum": 0},
     ),
 ]
 
@@ -254,7 +262,11 @@ def resolve_settings(config: pytest.Config) -> Settings:
         l2_flush=get_option(config, "--gpuperf-l2-flush"),
         cuda_graph=_choice(get_option(config, "--gpuperf-cuda-graph"), "--gpuperf-cuda-graph", GRAPH_MODES),
         cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),
+        cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
     )
+    from pytest_gpuperf.cpu_threads import configure
+
+    configure(measure.cpu_threads)  # the CPU fingerprint records it
     return Settings(
         enabled=get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update"),
         update=get_option(config, "--gpuperf-update"),

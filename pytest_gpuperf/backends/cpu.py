@@ -43,14 +43,14 @@ class CpuBackend(TorchBackend):
         return Availability(True, f"CPU: {_cpu_model_name()}")
 
     def fingerprint(self) -> dict[str, Any]:
-        import torch
+        from pytest_gpuperf.cpu_threads import effective
 
         return {
             "backend": "cpu",
             "device_name": _cpu_model_name(),
             "arch": platform.machine(),
             "memory_gib": round(_total_memory_bytes() / 2**30),
-            "threads": torch.get_num_threads(),
+            "threads": effective(),  # intra-op threads while measuring (--gpuperf-cpu-threads)
             **torch_versions(),
             **host_description(),
         }

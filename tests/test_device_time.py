@@ -1,0 +1,169 @@
+"""Device time on CUDA with injected graphs, profilers and NVML readings (runs without a GPU), NVML's decoding,
+and CUPTI's attribution of kernels to steps."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pytest_gpuperf.contention import ContentionGuard
+from pytest_gpuperf.cupti import per_range_sums
+from pytest_gpuperf.device_time import measure_device_time
+from pytest_gpuperf.measure import MeasureConfig, TimingResult
+from pytest_gpuperf.nvml import ClockReading, ClockWatch, Nvml, reason_names
+from pytest_gpuperf.warmup import WarmupResult
+
+
+class FakeCuda:
+    """A backend named cuda whose eager calls take ``eager`` seconds each (no device)."""
+
+    name = "cuda"
+
+    def __init__(self, eager: float = 400e-6) -> None:
+        self.eager = eager
+        self.calls = 0
+
+    def time_block(self, step, iters: int) -> float:
+        self.calls += iters
+        return self.eager * iters
+
+
+class FakeGraph:
+    """A captured graph of ``iters`` calls whose replay takes ``per_call`` seconds per call."""
+
+    def __init__(self, iters: int, per_call: float = 205e-6) -> None:
+        self.iters = iters
+        self.per_call = per_call
+        self.closed = False
+
+    def time(self) -> float:
+        return self.per_call * self.iters
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _watch(readings=None) -> ClockWatch:
+    it = iter(readings or itertools.repeat(ClockReading(1980, 0, 50)))
+    return ClockWatch(lambda: next(it))
+
+
+def _run(config: MeasureConfig, *, capture, kernel_sums=None, watch=None, eager=400e-6) -> TimingResult:
+    backend = FakeCuda(eager)
+    result = TimingResult(samples=[], iters_per_sample=5)
+    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
+    clock = itertools.count(0.0, 0.001)  # 1 ms per clock read: budgets end deterministically
+    measure_device_time(
+        backend,
+        lambda: None,
+        config,
+        result,
+        None,
+        deadline=10_000.0,
+        floor=3,
+        guard=guard,
+        warm=WarmupResult(calls=10, per_call=eager, wall_per_call=eager),
+        capture=capture,
+        kernel_sums=kernel_sums or (lambda step, n: ([], "not called")),
+        watch=watch or _watch(),
+        now=lambda: next(clock),
+    )
+    return result
+
+
+CONFIG = MeasureConfig(min_samples=8, max_samples=8, target_precision=1e-9)
+
+
+def test_a_captured_step_is_judged_by_graph_replay_with_eager_time_and_host_overhead_beside_it():
+    graphs = []
+
+    def capture(step, iters):
+        graphs.append(FakeGraph(iters))
+        return graphs[-1], ""
+
+    result = _run(CONFIG, capture=capture)
+    assert result.method == "cuda_graph" and graphs[0].closed and graphs[0].iters == 5
+    assert result.typical == pytest.approx(205e-6) and result.eager_time == pytest.approx(400e-6)
+    assert result.host_overhead == pytest.approx(195e-6)
+    assert result.host_bound is False  # device busy 51% of the eager step
+    assert len(result.samples) == len(result.eager_samples) == 8 and result.stop == "precise"
+    summary = result.summary()
+    assert summary["eager_time"] == pytest.approx(400e-6) and summary["host_bound"] is False
+    assert summary["sm_clock_mhz"] == 1980 and summary["throttled"] is False
+
+
+def test_a_step_whose_device_is_idle_most_of_the_eager_step_is_host_bound():
+    result = _run(CONFIG, capture=lambda step, iters: (FakeGraph(iters, per_call=50e-6), ""))
+    assert result.host_bound is True
+
+
+def test_a_failed_capture_falls_back_to_cupti_kernel_sums_and_keeps_eager_samples():
+    asked = []
+
+    def sums(step, n):
+        asked.append(n)
+        return [197e-6] * n, ""
+
+    result = _run(CONFIG, capture=lambda step, iters: (None, "RuntimeError: capturable=False"), kernel_sums=sums)
+    assert result.method == "cupti" and result.iters_per_sample == 1
+    assert len(asked) == 1  # one profiler session per measurement, never one per sample
+    assert result.typical == pytest.approx(197e-6) and result.eager_time == pytest.approx(400e-6)
+    assert "capturable=False" in result.method_note
+
+
+def test_without_graph_or_cupti_the_eager_events_are_judged_and_the_note_says_so():
+    result = _run(
+        CONFIG, capture=lambda step, iters: (None, "sync in step"), kernel_sums=lambda step, n: ([], "no CUPTI")
+    )
+    assert result.method == "events" and result.eager_samples == [] and result.host_overhead is None
+    assert result.typical == pytest.approx(400e-6)
+    assert "sync in step" in result.method_note and "no CUPTI" in result.method_note
+    assert "host time included" in result.method_note
+
+
+def test_graph_off_and_no_cupti_never_capture_nor_profile():
+    def refuse(*args):
+        raise AssertionError("must not be called")
+
+    result = _run(MeasureConfig(min_samples=4, max_samples=4, cuda_graph="off", cupti=False), capture=refuse)
+    assert result.method == "events" and len(result.samples) == 4
+
+
+def test_a_step_too_slow_to_capture_within_the_budget_is_not_captured():
+    def refuse(*args):
+        raise AssertionError("must not be called")
+
+    config = MeasureConfig(max_time=1.0, min_samples=2, max_samples=2, cupti=False)
+    result = _run(config, capture=refuse, eager=0.3)
+    assert result.method == "events" and "over half the budget" in result.method_note
+
+
+def test_nvml_readings_during_measurement_are_summarised():
+    readings = itertools.chain([ClockReading(1980, 0x1, 48)], itertools.repeat(ClockReading(1755, 0x4 | 0x20, 83)))
+    result = _run(CONFIG, capture=lambda step, iters: (FakeGraph(iters), ""), watch=_watch(readings))
+    clocks = result.clocks
+    assert clocks is not None and clocks["nvml_readings"] >= 2
+    assert clocks["sm_clock_mhz"] == 1755 and clocks["sm_clock_mhz_max"] == 1980
+    assert clocks["throttled"] is True and clocks["power_capped"] is True and clocks["gpu_temperature_c"] == 83
+    assert clocks["clock_events"] == "gpu_idle,sw_power_cap,sw_thermal_slowdown"
+
+
+def test_without_nvml_the_clocks_say_why():
+    assert ClockWatch(None, "NVML unavailable: no libnvidia-ml").summary() == {
+        "nvml_error": "NVML unavailable: no libnvidia-ml"
+    }
+    with pytest.raises(OSError):
+        Nvml(library="libnvidia-ml-absent.so.1")
+
+
+def test_clock_event_reason_names_decode_bits():
+    assert reason_names(0) == []
+    assert reason_names(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
+    assert reason_names(0x10000) == ["0x10000"]
+
+
+def test_kernels_are_attributed_to_the_step_range_their_start_falls_in():
+    ranges = [(0, 1000), (1000, 2000)]
+    activities = [(10, 100), (500, 50), (1200, 300), (2500, 999), (999, 7)]  # one outside every range
+    assert per_range_sums(ranges, activities) == pytest.approx([157e-9, 300e-9])
