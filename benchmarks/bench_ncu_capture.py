@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_gpuperf.profiling.ncu_capture import capture_step, find_ncu
+from pytest_gpuperf.profiling.ncu_capture import capture_session, find_ncu
 
 DEFAULT_TESTS = (
     "perf_tests/test_seed_kernels.py::test_large_matmul_compute_side[cuda]",
@@ -64,12 +64,13 @@ def main() -> int:
         plain_s, _ = run(plain_cmd, args.timeout)
         csv = args.out / f"region-{index}.csv"
         started = time.perf_counter()
-        capture = capture_step(ncu, node_id, "step", 0, "cuda", root, csv, args.timeout, xdist=True)
+        capture = capture_session(ncu, [node_id], "cuda", root, csv, args.timeout, xdist=True)
         region_s = time.perf_counter() - started
+        region_kernels = sum(len(kernels) for kernels in capture.windows.values())
         full_cmd = [ncu, "--set", "full", "--target-processes", "all", "--force-overwrite"]
         full_cmd += ["-o", str(args.out / f"full-{index}"), *plain_cmd]
         full_s, full_out = run(full_cmd, args.timeout)
-        rows.append((node_id, plain_s, region_s, len(capture.kernels), full_s, profiled_kernels(full_out)))
+        rows.append((node_id, plain_s, region_s, region_kernels, full_s, profiled_kernels(full_out)))
         print(f"measured {node_id}: plain {plain_s:.1f} s, region {region_s:.1f} s, full {full_s:.1f} s", flush=True)
     print()
     print(

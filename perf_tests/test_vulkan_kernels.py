@@ -2,8 +2,10 @@
 
 Each kernel is checked against numpy on random data, measured with GPU timestamp
 queries (``gpuperf.measure``: throughput, FLOP/s, bytes/s, peak buffer memory) and
-judged against the device's measured roofs: the saxpy must stay memory-bound, the
-matmul compute-bound (``<name>.bound``; a change fails the test under ``--gpuperf``).
+judged against the device's measured roofs by the same roofline as torch steps: the saxpy
+must stay memory-bound, the tiled matmul latency-bound (far past the ridge but near no
+roof): ``bound=`` on the marker, checked under ``--gpuperf``; ``<name>.bound`` is stored in
+the baseline and a change fails the test.
 Sizes follow the adapter type: small on a CPU device (lavapipe), large on a GPU.
 """
 
@@ -12,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_gpuperf.vulkan import kernels
-from pytest_gpuperf.vulkan.roofline import bound_of
+from pytest_gpuperf.backends.vulkan import kernels
 
 pytestmark = pytest.mark.gpuperf_backends("vulkan")
 
@@ -24,18 +25,7 @@ def device(gpuperf):
     return gpuperf.device
 
 
-def _expect_bound(gpuperf, name: str, expected: str, flops: float, bytes_moved: float) -> None:
-    """Under ``--gpuperf`` the roofline verdict recorded for ``name`` must be ``expected``."""
-    if not gpuperf.enabled:
-        return
-    roofs = gpuperf.backend.roofs()
-    got = bound_of(flops, bytes_moved, roofs)
-    assert got == expected, (
-        f"{gpuperf.node_id}: {name}.bound is {got!r}, expected {expected!r} (intensity "
-        f"{flops / bytes_moved:.2f} FLOP/B vs ridge {roofs.ridge:.2f} FLOP/B); resize the kernel or fix the roofs"
-    )
-
-
+@pytest.mark.gpuperf(bound="memory")
 def test_saxpy_bandwidth(gpuperf, device):
     """``out = a * x + y`` over float32 vectors: 12 bytes moved per 2 FLOP, the memory side."""
     n = device.max_floats(device.pick(cpu=1 << 22, default=1 << 26))  # 48 MiB / 768 MiB: past the caches
@@ -50,9 +40,12 @@ def test_saxpy_bandwidth(gpuperf, device):
 
     flops, moved = 2.0 * n, 3.0 * 4 * n
     gpuperf.measure(step, name="saxpy", items=n, unit="elements", flops=flops, bytes_moved=moved)
-    _expect_bound(gpuperf, "saxpy", "memory", flops, moved)
 
 
+# Its intensity (683 FLOP/B at n = 4096) is far past the ridge, but the kernel reaches 1-4% of the FMA-chain roof on
+# the H200 and about 2% on lavapipe (its 64x64 tiles, scalar loads through workgroup memory): near no roof, so the
+# roofline calls it latency-bound on both, the class ncu gives kernels with SM and memory both under 60%.
+@pytest.mark.gpuperf(bound="latency")
 def test_tiled_matmul_compute(gpuperf, device):
     """``c = a @ b`` in float32 with 64x64 shared-memory tiles: ``2 n^3`` FLOP on ``3 n^2`` floats."""
     n = device.pick(cpu=256, default=4096)
@@ -68,4 +61,3 @@ def test_tiled_matmul_compute(gpuperf, device):
 
     flops, moved = 2.0 * n**3, 3.0 * 4 * n * n
     gpuperf.measure(step, name="matmul", items=2.0 * n**3, unit="FLOP", flops=flops, bytes_moved=moved)
-    _expect_bound(gpuperf, "matmul", "compute", flops, moved)

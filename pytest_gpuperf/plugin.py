@@ -28,7 +28,7 @@ pytest_plugins = [
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.profiling.plugin",
     "pytest_gpuperf.reporting.plugin",
-    "pytest_gpuperf.vulkan.plugin",
+    "pytest_gpuperf.backends.vulkan.plugin",
 ]
 SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
 

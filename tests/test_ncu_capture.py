@@ -1,7 +1,14 @@
-"""The ncu capture's command lines and its skip paths (ncu absent here; a fake ncu prints ncu's real errors)."""
+"""The ncu session capture: command lines, skip paths, and the attribution of windows to tests.
+
+ncu is absent here: a fake ``ncu`` prints ncu's real errors, or writes a session CSV built from real H200
+captures (``tests/data/ncu/``) with marker kernels between the windows, and the manifest the child writes.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,16 +16,22 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.profiling.ncu_capture import (
-    ENV_OCCURRENCE,
-    ENV_STEP,
+    ENV_MANIFEST,
     NcuUnavailable,
-    capture_step,
+    capture_session,
+    child_manifest,
     child_pytest_args,
-    child_target,
     find_ncu,
     ncu_prefix,
+    split_windows,
 )
-from pytest_gpuperf.profiling.ncu_parse import SOL_METRICS
+from pytest_gpuperf.profiling.ncu_parse import SOL_METRICS, NcuParseError, parse_raw
+from pytest_gpuperf.profiling.ncu_sol_rules import classify_kernels
+from pytest_gpuperf.profiling.ncu_verdict import disagreement, which_to_believe
+from pytest_gpuperf.profiling.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, Roofs, classify
+
+DATA = Path(__file__).parent / "data" / "ncu"
+MARKER = "void at::cuda::<unnamed>::spin_kernel(long)"
 
 #: What ncu 2025.3 prints when the driver restricts the performance counters to admin users.
 PERMISSION_ERROR = (
@@ -60,7 +73,7 @@ def test_ncu_is_found_through_gpuperf_ncu_or_path(tmp_path: Path, monkeypatch: p
 def test_a_counter_permission_error_becomes_the_skip_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_ncu(tmp_path, f"echo '==PROF== Connected to process 4242'\necho '{PERMISSION_ERROR}'\nexit 1\n")
     with pytest.raises(NcuUnavailable, match="ncu cannot read GPU counters here: ==ERROR== ERR_NVGPUCTRPERM"):
-        capture_step(str(fake), "test_x.py::test_y[cuda]", "step", 0, "cuda", tmp_path, tmp_path / "a" / "y.csv")
+        capture_session(str(fake), ["test_x.py::test_y[cuda]"], "cuda", tmp_path, tmp_path / "a" / "y.csv")
 
 
 def test_a_library_load_failure_written_to_the_log_file_is_found(tmp_path: Path) -> None:
@@ -71,27 +84,117 @@ def test_a_library_load_failure_written_to_the_log_file_is_found(tmp_path: Path)
     )
     fake = fake_ncu(tmp_path, script)
     with pytest.raises(NcuUnavailable, match="LibraryNotLoaded"):
-        capture_step(str(fake), "test_x.py::test_y[cuda]", "step", 0, "cuda", tmp_path, tmp_path / "y.csv")
+        capture_session(str(fake), ["test_x.py::test_y[cuda]"], "cuda", tmp_path, tmp_path / "y.csv")
 
 
 def test_a_region_without_kernels_is_reported_not_parsed(tmp_path: Path) -> None:
     fake = fake_ncu(tmp_path, "echo '==WARNING== No kernels were profiled.'\nexit 0\n")
-    with pytest.raises(NcuUnavailable, match=r"profiled no kernels in the region of test_x\.py::test_y"):
-        capture_step(str(fake), "test_x.py::test_y[cuda]", "step", 0, "cuda", tmp_path, tmp_path / "y.csv")
+    with pytest.raises(NcuUnavailable, match=r"profiled no kernels"):
+        capture_session(str(fake), ["test_x.py::test_y[cuda]"], "cuda", tmp_path, tmp_path / "y.csv")
 
 
 def test_a_timeout_names_the_option_to_raise(tmp_path: Path) -> None:
     fake = fake_ncu(tmp_path, "sleep 5\n")
     with pytest.raises(NcuUnavailable, match="--gpuperf-ncu-timeout"):
-        capture_step(str(fake), "t.py::t", "step", 0, "cuda", tmp_path, tmp_path / "y.csv", timeout=0.5)
+        capture_session(str(fake), ["t.py::t"], "cuda", tmp_path, tmp_path / "y.csv", timeout=0.5)
 
 
-def test_the_child_gets_its_target_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_STEP, raising=False)
-    assert child_target() is None
-    monkeypatch.setenv(ENV_STEP, "decode")
-    monkeypatch.setenv(ENV_OCCURRENCE, "2")
-    assert child_target() == ("decode", 2)
+def test_the_child_gets_its_manifest_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(ENV_MANIFEST, raising=False)
+    assert child_manifest() is None
+    monkeypatch.setenv(ENV_MANIFEST, str(tmp_path / "w.jsonl"))
+    assert child_manifest() == tmp_path / "w.jsonl"
+
+
+def session_csv() -> tuple[str, list[dict[str, object]]]:
+    """A session CSV from the real Linear fp16 capture: three windows (11 kernels, none, 1), opened by markers."""
+    lines = [line for line in (DATA / "h200_linear_fp16_step_raw.csv").read_text().splitlines() if line.startswith('"')]
+    header, units, rows = lines[0], lines[1], lines[2:]
+    name_column = next(csv.reader([header])).index("Kernel Name")
+    marker_cells = next(csv.reader([rows[2]]))
+    marker_cells[name_column] = MARKER
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerow(marker_cells)
+    marker = out.getvalue().strip()
+    body = [marker, *rows, marker, marker, rows[0]]
+    manifest = [
+        {"node_id": "t.py::test_linear[cuda]", "step": "step", "occurrence": 0},
+        {"node_id": "t.py::test_empty[cuda]", "step": "step", "occurrence": 0},
+        {"node_id": "t.py::test_linear[cuda]", "step": "step", "occurrence": 1},
+    ]
+    return "\n".join(["==PROF== Connected to process 1", header, units, *body]), manifest
+
+
+def test_windows_are_cut_at_the_markers_and_given_to_the_manifest_entries_in_order() -> None:
+    text, manifest = session_csv()
+    kernels = parse_raw(text)
+    keys = [(str(m["node_id"]), str(m["step"]), int(m["occurrence"])) for m in manifest]  # type: ignore[call-overload]
+    windows = split_windows(kernels, keys)
+    assert [len(windows[k]) for k in keys] == [11, 0, 1]
+    assert all("spin_kernel" not in k.name for w in windows.values() for k in w)
+    assert sum(k.duration_s for k in windows[keys[0]]) == pytest.approx(201.6e-6, rel=0.02)
+    with pytest.raises(NcuParseError, match=r"3 window.* but the child recorded 2"):
+        split_windows(kernels, keys[:2])
+    with pytest.raises(NcuParseError, match="before any window marker"):
+        split_windows(kernels[1:], keys)
+
+
+def test_one_ncu_child_captures_every_test_of_the_session(tmp_path: Path) -> None:
+    text, manifest = session_csv()
+    (tmp_path / "session.csv").write_text(text)
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(m) + "\n" for m in manifest))
+    calls = tmp_path / "calls"
+    script = (
+        f'echo "$@" >> {calls}\n'
+        f'cp {tmp_path / "manifest.jsonl"} "${ENV_MANIFEST}"\n'
+        'while [ "$1" != "--log-file" ]; do shift; done\n'
+        f'cp {tmp_path / "session.csv"} "$2"\n'
+    )
+    fake = fake_ncu(tmp_path, script)
+    ids = ["t.py::test_linear[cuda]", "t.py::test_empty[cuda]"]
+    session = capture_session(str(fake), ids, "cuda", tmp_path, tmp_path / "out" / "ncu-session.ncu.csv")
+    assert len(calls.read_text().splitlines()) == 1  # one ncu process for the whole session
+    assert " ".join(ids) in calls.read_text()
+    linear = session.capture("t.py::test_linear[cuda]", "step", 0)
+    assert len(linear.kernels) == 11 and linear.csv_path.exists()
+    assert session.cost_per_test == pytest.approx(session.wall_s / 2)
+    assert session.capture("t.py::test_empty[cuda]", "step", 0).kernels == []
+    assert len(session.capture("t.py::test_linear[cuda]", "step", 1).kernels) == 1
+    with pytest.raises(NcuUnavailable, match=r"captured no window for t\.py::test_other"):
+        session.capture("t.py::test_other[cuda]", "step", 0)
+
+
+H200 = Roofs(781e12, 4.25e12, "bfloat16", "h200")
+
+
+def test_a_disagreement_says_which_verdict_to_believe() -> None:
+    kernels = parse_raw((DATA / "h200_layernorm_softmax_step_raw.csv").read_text())
+    sol = classify_kernels(kernels)
+    assert sol.bound == COMPUTE_BOUND  # SM 77% on both kernels
+    tensor = 16384 * 4096 * 2
+    line = classify(0, 4 * tensor, 320e-6, H200)  # no FLOPs counted: the bandwidth side
+    assert line.bound == MEMORY_BOUND
+
+    class Capture:
+        pass
+
+    capture = Capture()
+    capture.kernels = kernels  # type: ignore[attr-defined]
+    text = disagreement(line, sol, capture)  # type: ignore[arg-type]
+    assert text.startswith("analytic memory-bound but ncu compute-bound: believe the ncu verdict")
+    assert "no FLOPs" in text
+    gaps = classify(0, 4 * tensor, 10e-3, H200)  # the same kernels inside a 10 ms step: mostly gaps
+    assert gaps.bound == LATENCY_BOUND
+    who, why = which_to_believe(gaps, sol, sum(k.duration_s for k in kernels))
+    assert who == "analytic" and "gaps between kernels" in why
+    assert (
+        disagreement(
+            classify(2 * 8192**3, 3 * 8192**2 * 2, 1.4e-3, H200),
+            classify_kernels(parse_raw((DATA / "h200_large_matmul_step_raw.csv").read_text())),
+            capture,
+        )
+        == ""
+    )  # type: ignore[arg-type]
 
 
 def test_the_child_command_is_a_valid_short_gpuperf_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
@@ -105,7 +208,7 @@ def test_the_child_command_is_a_valid_short_gpuperf_run(pytester: pytest.Pyteste
             assert m.metrics and gpuperf.enabled
         """
     )
-    args = child_pytest_args("test_child.py::test_child[cpu]", "cpu", tmp_path / "baselines", xdist=True)
+    args = child_pytest_args(["test_child.py::test_child[cpu]"], "cpu", tmp_path / "baselines", xdist=True)
     done = subprocess.run(args, cwd=pytester.path, capture_output=True, text=True, timeout=300, check=False)
     assert args[:3] == [sys.executable, "-m", "pytest"]
     assert "1 passed" in done.stdout, done.stdout + done.stderr

@@ -15,14 +15,8 @@ from pytest_gpuperf.profiling.ncu_parse import (
     to_base,
     unavailable_reason,
 )
-from pytest_gpuperf.profiling.verdict import (
-    COMPUTE_BOUND,
-    LATENCY_BOUND,
-    MEMORY_BOUND,
-    classify_kernels,
-    classify_sol,
-    normalize_bound,
-)
+from pytest_gpuperf.profiling.ncu_sol_rules import classify_kernels, classify_sol
+from pytest_gpuperf.profiling.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND, normalize_bound
 
 DATA = Path(__file__).parent / "data" / "ncu"
 

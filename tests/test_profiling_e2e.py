@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, RoofProvider
-from pytest_gpuperf.profiling.verdict import BOUNDS
+from pytest_gpuperf.profiling.roofline import BOUNDS
+from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, RoofProvider, RoofStore, cache_key
 
 STEPS = """
 import os
@@ -51,22 +50,44 @@ def test_profiled_by_fixture(gpuperf, gpuperf_profile):
 """
 
 
+class MemoryCache:
+    """Collects what the provider stores (pytest's ``config.cache`` get/set interface)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def get(self, key: str, default: object) -> object:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: object) -> None:
+        self.values[key] = json.loads(json.dumps(value))
+
+
 @pytest.fixture(scope="module")
-def roofs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The CPU's measured roofs, calibrated once for this module and copied into each pytester rootdir."""
-    path = tmp_path_factory.mktemp("roofs") / "roofs.json"
+def roofs_cache() -> dict[str, object]:
+    """The CPU's measured roofs, calibrated once for this module and put in each pytester project's pytest cache."""
     backend = CpuBackend()
-    RoofProvider(RoofCache(path)).roofs(backend, backend.fingerprint() | {"world_size": 1}, "float32")
-    return path
+    cache = MemoryCache()
+    RoofProvider(RoofStore(cache)).roofs(backend, backend.fingerprint() | {"world_size": 1}, "float32")
+    return cache.values
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester, roofs_cache: Path, fast_args: list[str]) -> pytest.Pytester:
-    """A pytester project with the perf tests above and this machine's cached roofs."""
+def fast_args(fast_args: list[str]) -> list[str]:
+    """The fast flags with pytest's cache provider on: the roofs live in it."""
+    args = list(fast_args)
+    at = args.index("no:cacheprovider")
+    return args[: at - 1] + args[at + 1 :]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, roofs_cache: dict[str, object]) -> pytest.Pytester:
+    """A pytester project with the perf tests above and this machine's measured roofs in its pytest cache."""
     pytester.makepyfile(test_steps=STEPS)
-    target = pytester.path / CACHE_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(roofs_cache, target)
+    for key, value in roofs_cache.items():
+        path = pytester.path / ".pytest_cache" / "v" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
     return pytester
 
 
@@ -184,3 +205,34 @@ def test_ncu_marker_with_a_cpu_backend_notes_there_is_nothing_to_capture(
     result = project.runpytest("--gpuperf", *fast_args, "test_marked.py")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*note: ncu: backend cpu runs no CUDA kernels; nothing to capture*"])
+
+
+def test_roofs_are_kept_in_pytest_cache_not_in_a_folder_users_commit(project: pytest.Pytester, fast_args) -> None:
+    result = project.runpytest("--gpuperf", *fast_args, "test_steps.py::test_step")
+    result.assert_outcomes(passed=1)
+    assert not (project.path / ".gpuperf").exists()
+    backend = CpuBackend()
+    key = CACHE_PREFIX + cache_key(backend.fingerprint() | {"world_size": 1})
+    assert (project.path / ".pytest_cache" / "v" / key).is_file()
+    assert "measured roofs" not in result.stdout.str()  # read from the cache, not measured again
+
+
+def test_a_share_above_the_roof_is_flagged_as_a_counting_error_in_the_report(
+    project: pytest.Pytester, fast_args
+) -> None:
+    project.makepyfile(
+        test_overcounted="""
+        import torch
+
+        def test_overcounted(gpuperf):
+            x = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+            gpuperf.measure(lambda: x * 2, bytes_moved=1e15)  # a petabyte per call: impossible
+        """
+    )
+    result = project.runpytest("--gpuperf", *fast_args, "-rA", "test_overcounted.py")
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    assert "roof share over 100%, not shown" in text
+    assert "counting error: the counted bytes give" in text and "pass measure(bytes_moved=...)" in text
+    assert "counting error (>100%)" in text  # the roof_share row of the metric table
+    assert "re-measured after a step beat it" in text  # the roof was measured again before the flag

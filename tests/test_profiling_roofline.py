@@ -1,21 +1,43 @@
-"""Roofline math, FLOP/byte counting on real torch ops, and the measured-roofs cache (real CPU calibration)."""
+"""Roofline classification (four classes, cache roofs, counting errors, hysteresis); roofs in pytest's cache."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.profiling.analytic import HYSTERESIS, count_step, roofline
-from pytest_gpuperf.profiling.roofs import CACHE_VERSION, RoofCache, RoofProvider, cache_key, dtype_class
-from pytest_gpuperf.profiling.verdict import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND
+from pytest_gpuperf.profiling.roofline import (
+    COMPUTE_BOUND,
+    HOST_BOUND,
+    HYSTERESIS,
+    LATENCY_BOUND,
+    MEMORY_BOUND,
+    Roofs,
+    classify,
+    device_busy_share,
+    normalize_bound,
+)
+from pytest_gpuperf.profiling.roofs import (
+    CACHE_PREFIX,
+    CACHE_VERSION,
+    RoofProvider,
+    RoofStore,
+    cache_key,
+    cpu_llc_bytes,
+    dtype_class,
+)
 
 # The H200's measured roofs from ../shared/DESIGN.md: 790 TFLOP/s bf16, 4.3 TB/s copy.
 P, W = 790e12, 4.3e12
+ROOFS = Roofs(P, W, "bfloat16", "h200")
+
+
+def roofline(flops: float, nbytes: float, seconds: float, peak: float, bandwidth: float, **kw: Any) -> Any:
+    """Classify against DRAM-only roofs ``peak`` / ``bandwidth``."""
+    return classify(flops, nbytes, seconds, Roofs(peak, bandwidth), **kw)
 
 
 def test_ridge_point_intensity_and_shares_follow_the_roofline_model() -> None:
@@ -65,100 +87,161 @@ def test_noise_near_a_boundary_keeps_the_baseline_class_but_a_clear_change_does_
 
 
 def test_zero_peaks_are_rejected() -> None:
-    with pytest.raises(ValueError, match="measured peaks"):
+    with pytest.raises(ValueError, match="measured roofs"):
         roofline(1, 1, 1, 0, W)
     assert math.isinf(roofline(10, 0, 1, P, W).arithmetic_intensity)
 
 
-def test_counting_a_matmul_gives_2n3_flops_and_its_three_operands_bytes() -> None:
-    gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(128, 64, generator=gen), torch.randn(64, 32, generator=gen)
-    count = count_step(lambda: a @ b, lambda: None)
-    assert count.flops == 2 * 128 * 64 * 32
-    assert count.bytes == (128 * 64 + 64 * 32 + 128 * 32) * 4
-    assert count.dtype == "float32"
+def test_a_device_idle_most_of_an_eager_step_is_host_bound_whatever_its_share() -> None:
+    class Timing:
+        typical = 400e-6
+        device_time = 197e-6  # the seed's Linear on the H200: kernels 197 us of a 398 us eager step
+        eager_time = 398e-6
+
+    busy = device_busy_share(Timing())
+    assert busy == pytest.approx(197 / 398)
+    n = 4096
+    line = classify(6 * 1024 * n * n, 3 * n * n * 2, 197e-6, ROOFS, device_busy=busy)
+    assert line.bound == HOST_BOUND
+    assert "device busy 49% of an eager step (host-bound below 50%)" in line.explain()
+    kept = classify(6 * 1024 * n * n, 3 * n * n * 2, 197e-6, ROOFS, device_busy=0.55, baseline_bound=HOST_BOUND)
+    assert kept.bound == HOST_BOUND and kept.kept_from_baseline
+    assert classify(6 * 1024 * n * n, 3 * n * n * 2, 197e-6, ROOFS, device_busy=0.9).bound == COMPUTE_BOUND
+    assert device_busy_share(object()) is None  # a timing loop without both times: no host verdict
 
 
-def test_views_are_free_and_broadcast_operands_count_their_storage_once() -> None:
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(256, 256, generator=gen)
-    row = torch.randn(256, generator=gen)
-    count = count_step(lambda: x.view(-1).view(256, 256).t() + row.expand(256, 256), lambda: None)
-    assert count.flops == 0 and count.ops == 1
-    assert count.bytes == (2 * 256 * 256 + 256) * 4  # x read, result written, the row once
-    copied = count_step(lambda: x.t().reshape(-1), lambda: None)  # reshape of a transpose copies
-    assert copied.bytes == 2 * 256 * 256 * 4
+def test_a_working_set_that_fits_in_cache_is_judged_against_the_cache_roof() -> None:
+    roofs = Roofs(P, W, cache_bandwidth=3 * W, cache_bytes=50e6, cache_name="L2")
+    small = 3 * 8e6  # an elementwise op over 8 MB tensors: 24 MB working set, fits in 50 MB
+    line = classify(0, small, small / (1.5 * W), roofs, working_set=small)
+    assert line.level == "L2" and line.peak_bandwidth == 3 * W
+    assert line.roof_share == pytest.approx(0.5) and not line.over_roof  # 150% of DRAM, 50% of L2
+    cold = classify(0, small, small / (1.5 * W), roofs, working_set=small, cold=True)  # L2 flushed before each call
+    assert cold.level == "DRAM" and cold.over_roof
+    big = classify(0, 3e9, 3e9 / (0.8 * W), roofs, working_set=3e9)
+    assert big.level == "DRAM" and big.bound == MEMORY_BOUND
 
 
-def test_layer_norm_softmax_counts_each_ops_traffic_and_the_bf16_dtype() -> None:
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(64, 128, generator=gen).to(torch.bfloat16)
-    norm = torch.nn.LayerNorm(128).to(torch.bfloat16)
-    with torch.no_grad():
-        count = count_step(lambda: torch.softmax(norm(x), dim=-1), lambda: None)
-    tensor = 64 * 128 * 2
-    assert count.flops == 0
-    assert 4 * tensor <= count.bytes <= 4 * tensor + 64 * 128 * 4  # plus weight, bias, mean/rstd
-    assert count.dtype == "bfloat16"
-    assert dtype_class(count.dtype, "cpu") == "bfloat16" and dtype_class("float16", "cpu") == "bfloat16"
+def test_a_share_above_the_roof_is_flagged_as_a_counting_error_never_shown_as_a_share() -> None:
+    line = classify(0, 2 * 2**32, 1e-3, ROOFS)  # 8 GiB "moved" in 1 ms: the roof is 4.3 TB/s
+    assert line.over_roof and line.roof_share > 1
+    text = line.explain()
+    assert "roof share over 100%, not shown" in text and "counting error" in text and "bytes_moved=" in text
+    assert f"{line.roof_share:.0%}" not in text.split("counting error")[0]
+    assert line.as_extra()["over_roof"] is True and "counting error" in str(line.as_extra()["counting_error"])
+    assert not classify(0, 1e9, 1e-3, ROOFS).over_roof
 
 
-def test_backward_and_optimizer_work_is_counted() -> None:
-    torch.manual_seed(3)
-    layer = torch.nn.Linear(64, 64)
-    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
-    x = torch.randn(32, 64)
-
-    def step() -> None:
-        opt.zero_grad()
-        layer(x).sum().backward()
-        opt.step()
-
-    count = count_step(step, lambda: None)
-    assert count.flops == 2 * 2 * 32 * 64 * 64  # forward and weight-gradient GEMMs (x needs no gradient)
-    assert count.bytes > 3 * (32 * 64 + 64 * 64) * 4
+def test_bound_names_normalise_to_the_one_vocabulary() -> None:
+    assert normalize_bound("memory") == MEMORY_BOUND
+    assert normalize_bound("Compute_Bound") == COMPUTE_BOUND
+    assert normalize_bound("host") == HOST_BOUND
+    with pytest.raises(ValueError, match="'memory', 'compute', 'latency', 'host'"):
+        normalize_bound("io")
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[RoofProvider, Path]:
-    """A real CPU calibration, once for this module."""
-    path = tmp_path_factory.mktemp("roofs") / ".gpuperf" / "roofs.json"
-    provider = RoofProvider(RoofCache(path))
+class FakeCache:
+    """pytest's ``config.cache`` interface (get/set of JSON values), in memory."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = json_roundtrip(value)
+
+
+def json_roundtrip(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+class CountingBackend(CpuBackend):
+    """The CPU backend whose roofs are injected: each ``measure_roof`` call returns the next value."""
+
+    def __init__(self, bandwidths: list[float]) -> None:
+        self.bandwidths = bandwidths
+        self.calls: list[str] = []
+
+    def measure_roof(self, what: str, cls: str) -> dict[str, Any] | None:
+        self.calls.append(what)
+        if what == "compute":
+            return {"peak_flops": 1e11}
+        if what == "dram":
+            return {"bandwidth": self.bandwidths.pop(0)}
+        return {"bandwidth": 4e10, "cache_bytes": 32 * 2**20, "cache_name": "LLC"}
+
+
+FINGERPRINT = {"backend": "cpu", "device_name": "Test CPU", "arch": "x86_64", "memory_gib": 8, "world_size": 1}
+
+
+def test_roofs_live_in_pytest_cache_and_a_second_session_reuses_them() -> None:
+    cache = FakeCache()
+    backend = CountingBackend([1e10])
+    first = RoofProvider(RoofStore(cache))
+    roofs = first.roofs(backend, FINGERPRINT, "float32")
+    assert (roofs.peak_flops, roofs.bandwidth, roofs.cache_bandwidth, roofs.cache_bytes) == (1e11, 1e10, 4e10, 2**25)
+    [(key, entry)] = cache.values.items()
+    assert key == CACHE_PREFIX + cache_key(FINGERPRINT) and entry["version"] == CACHE_VERSION
+    assert first.calibrated == [f"{cache_key(FINGERPRINT)} (DRAM and cache bandwidth, float32 compute)"]
+    second = RoofProvider(RoofStore(cache))
+    assert second.roofs(CountingBackend([]), FINGERPRINT, "float32") == roofs and second.calibrated == []
+    cache.values[key]["version"] = CACHE_VERSION + 1  # another version: measured again
+    assert RoofProvider(RoofStore(cache)).roofs(CountingBackend([2e10]), FINGERPRINT, "float32").bandwidth == 2e10
+
+
+def test_a_beaten_roof_is_measured_again_once_keeping_the_best() -> None:
+    cache = FakeCache()
+    backend = CountingBackend([1e10, 3e10, 5e10])
+    provider = RoofProvider(RoofStore(cache))
+    provider.roofs(backend, FINGERPRINT, "float32")
+    refreshed = provider.refresh(backend, FINGERPRINT, "float32", "DRAM")
+    assert refreshed is not None and refreshed.bandwidth == 3e10
+    assert provider.refresh(backend, FINGERPRINT, "float32", "DRAM") is None  # once per session and roof
+    assert RoofProvider(RoofStore(cache)).roofs(backend, FINGERPRINT, "float32").bandwidth == 3e10
+    lower = RoofProvider(RoofStore(cache))
+    lower.roofs(backend, FINGERPRINT, "float32")
+    backend.bandwidths = [2e10]  # a slower try never lowers the roof
+    assert lower.refresh(backend, FINGERPRINT, "float32", "DRAM").bandwidth == 3e10
+
+
+def test_without_a_cache_provider_roofs_are_kept_in_memory() -> None:
+    store = RoofStore(None)
+    provider = RoofProvider(store)
+    backend = CountingBackend([1e10])
+    provider.roofs(backend, FINGERPRINT, "float32")
+    provider.roofs(backend, FINGERPRINT, "float32")
+    assert backend.calls == ["dram", "cache", "compute"] and store.where == "memory only"
+
+
+def test_recalibrate_measures_once_per_session_even_with_a_cached_entry() -> None:
+    cache = FakeCache()
+    RoofProvider(RoofStore(cache)).roofs(CountingBackend([1e10]), FINGERPRINT, "float32")
+    again = CountingBackend([2e10])
+    provider = RoofProvider(RoofStore(cache), recalibrate=True)
+    assert provider.roofs(again, FINGERPRINT, "float32").bandwidth == 2e10
+    assert provider.roofs(again, FINGERPRINT, "float32").bandwidth == 2e10 and again.calls.count("dram") == 1
+
+
+def test_the_cpu_llc_size_is_read_from_sysfs(tmp_path: Any) -> None:
+    for index, (level, size) in enumerate([(1, "48K"), (2, "1024K"), (3, "32768K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert cpu_llc_bytes(tmp_path) == 32 * 2**20
+    assert cpu_llc_bytes(tmp_path / "missing") == 0
+
+
+def test_a_real_cpu_calibration_measures_dram_cache_and_compute_roofs() -> None:
     backend = CpuBackend()
-    provider.roofs(backend, backend.fingerprint() | {"world_size": 1}, "float32")
-    return provider, path
-
-
-def test_calibration_measures_the_cpu_and_caches_it_per_fingerprint(calibrated: tuple[RoofProvider, Path]) -> None:
-    provider, path = calibrated
-    data = json.loads(path.read_text())
-    assert data["version"] == CACHE_VERSION
-    [(key, entry)] = data["devices"].items()
-    assert key.startswith("cpu-") and key.endswith(f"-t{torch.get_num_threads()}")
-    flops = entry["compute"]["float32"]["peak_flops"]
-    bandwidth = entry["bandwidth"]["peak_bandwidth"]
-    assert 1e8 < flops < 1e14 and 1e8 < bandwidth < 1e12
-    assert entry["compute"]["float32"]["matmul_n"] == 1024
-    assert provider.calibrated == [f"{key} (float32)"]
-
-
-def test_a_second_session_reads_the_cache_instead_of_measuring(calibrated: tuple[RoofProvider, Path]) -> None:
-    _, path = calibrated
-    backend = CpuBackend()
-    fingerprint = backend.fingerprint() | {"world_size": 1}
-    again = RoofProvider(RoofCache(path))
-    roofs = again.roofs(backend, fingerprint, "float32")
-    assert again.calibrated == []
-    stored = json.loads(path.read_text())["devices"][cache_key(fingerprint)]
-    assert roofs.peak_flops == stored["compute"]["float32"]["peak_flops"]
-    assert roofs.dtype_class == "float32"
-
-
-def test_a_cache_of_another_version_or_broken_json_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "roofs.json"
-    path.write_text(json.dumps({"version": CACHE_VERSION + 1, "devices": {"x": {}}}))
-    assert RoofCache(path).load() == {}
-    path.write_text("{not json")
-    assert RoofCache(path).load() == {}
-    RoofCache(path).store("k", {"bandwidth": {"peak_bandwidth": 1.0}})
-    assert RoofCache(path).load() == {"k": {"bandwidth": {"peak_bandwidth": 1.0}}}
+    provider = RoofProvider(RoofStore(FakeCache()))
+    roofs = provider.roofs(backend, backend.fingerprint() | {"world_size": 1}, "float32")
+    assert 1e8 < roofs.peak_flops < 1e14 and 1e8 < roofs.bandwidth < 1e12
+    if cpu_llc_bytes():
+        assert roofs.cache_bytes == cpu_llc_bytes() and roofs.cache_bandwidth and roofs.cache_bandwidth > 1e8
+    assert dtype_class("float16", backend) == "bfloat16" and dtype_class("float64", backend) == "float64"
+    assert torch.get_num_threads() >= 1

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.reporting.plot import DeviceRoofs, cached_roofs, draw_roofline, step_points
+from pytest_gpuperf.reporting.plot import (
+    DeviceRoofs,
+    RooflinePoint,
+    cached_roofs,
+    draw_roofline,
+    legend_lines,
+    numbered,
+    step_points,
+)
 from pytest_gpuperf.reporting.records import TestRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -64,28 +72,124 @@ def test_points_and_roofs_come_from_the_profiling_features_extras() -> None:
     assert roofs.compute == {"bfloat16": 9e14} and roofs.bandwidth == 4.5e12
 
 
-def test_cached_roofs_are_read_from_the_profiling_roof_cache(tmp_path: Path) -> None:
-    from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, cache_key
+def test_cached_roofs_are_read_from_pytest_cache(tmp_path: Path) -> None:
+    import json
 
-    entry = {"compute": {"float32-tf32": {"peak_flops": 4e14}}, "bandwidth": {"peak_bandwidth": 4e12}}
-    RoofCache(tmp_path / CACHE_NAME).store(cache_key(FINGERPRINT), entry)
+    from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, cache_key
+
+    entry = {
+        "compute": {"float32-tf32": {"peak_flops": 4e14}},
+        "dram": {"bandwidth": 4e12},
+        "cache": {"bandwidth": 1e13, "cache_bytes": 5e7, "cache_name": "L2"},
+    }
+    path = tmp_path / ".pytest_cache" / "v" / (CACHE_PREFIX + cache_key(FINGERPRINT))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(entry))
     roofs = DeviceRoofs()
     cached_roofs(tmp_path, FINGERPRINT, roofs)
     assert roofs.compute == {"float32-tf32": 4e14} and roofs.bandwidth == 4e12
+    assert (roofs.cache_bandwidth, roofs.cache_name) == (1e13, "L2")
+    cached_roofs(tmp_path / "elsewhere", FINGERPRINT, roofs)  # no cache there: nothing changes, no error
+
+
+def test_a_cache_roof_step_keeps_dram_as_the_dram_roof_and_an_over_roof_point_is_flagged() -> None:
+    extras = {
+        "flops": 1e6,
+        "seconds": 1e-6,
+        "peak_flops": 9e14,
+        "peak_bandwidth": 1.2e13,
+        "roof_level": "L2",
+        "dram_bandwidth": 4.5e12,
+        "cache_bandwidth": 1.2e13,
+        "cache_name": "L2",
+        "over_roof": True,
+    }
+    record = TestRecord(
+        "t.py::test_add[cuda]",
+        "passed",
+        1.0,
+        {
+            "fingerprint": FINGERPRINT,
+            "verdicts": [
+                _verdict("step.arithmetic_intensity", 0.1),
+                _verdict("step.bound", "memory-bound", "unchanged", **extras),
+            ],
+        },
+    )
+    roofs = DeviceRoofs()
+    [point] = step_points(record, roofs)
+    assert roofs.bandwidth == 4.5e12 and roofs.cache_bandwidth == 1.2e13 and roofs.cache_name == "L2"
+    assert point.flag == "counting error"
+    assert legend_lines([point]) == [" 1  add[cuda] - memory-bound - counting error (over its roof)"]
+
+
+def test_points_are_numbered_regressions_first_and_listed_beside_the_plot() -> None:
+    points = [
+        RooflinePoint("t.py::test_a[cuda]", "step", 300.0, 6e14, "unchanged", "compute-bound"),
+        RooflinePoint("t.py::test_b[cuda]", "step", 0.4, 1.2e12, "regression", "memory-bound"),
+        RooflinePoint("t.py::test_c[cuda]", "fwd", 2.0, 1e10, "new", "host-bound"),
+    ]
+    assert [n for n, _ in numbered(points)] == [1, 2, 3]
+    assert legend_lines(points) == [
+        " 1  b[cuda] - memory-bound",
+        " 2  c[cuda]:fwd - host-bound",
+        " 3  a[cuda] - compute-bound",
+    ]
 
 
 def test_draw_roofline_writes_a_png(tmp_path: Path) -> None:
-    from pytest_gpuperf.reporting.plot import RooflinePoint
-
     points = [
         RooflinePoint("t.py::test_gemm[cuda]", "step", 300.0, 6e14, "unchanged", "compute-bound"),
         RooflinePoint("t.py::test_norm[cuda]", "step", 0.4, 1.2e12, "regression", "memory-bound"),
         RooflinePoint("t.py::test_tiny[cuda]", "step", 2.0, 1e10, "new", "latency-bound"),
     ]
-    roofs = DeviceRoofs(compute={"bfloat16": 9e14, "float32-tf32": 4e14}, bandwidth=4.5e12)
+    roofs = DeviceRoofs(compute={"bfloat16": 9e14, "float32-tf32": 4e14}, bandwidth=4.5e12, cache_bandwidth=1.2e13)
     path = draw_roofline(tmp_path / "r.png", "Roofline: NVIDIA H200 sm_90 (cuda)", points, roofs, "3 perf tests")
     data = path.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+def crowded_points() -> list[RooflinePoint]:
+    """Forty steps, many of them on top of each other (the same kernel in several tests)."""
+    points = []
+    for i in range(40):
+        intensity = 0.25 * (1.5 ** (i % 10)) if i < 30 else 0.5
+        rate = intensity * 2e12 * (0.3 + 0.05 * (i % 7)) if i < 30 else 1e12
+        status = ("unchanged", "regression", "new", "improvement")[i % 4]
+        bound = ("memory-bound", "latency-bound", "host-bound", "compute-bound")[i % 4]
+        points.append(RooflinePoint(f"perf/test_m.py::test_case_{i}[cuda]", "step", intensity, rate, status, bound))
+    points.append(
+        RooflinePoint("t.py::test_over[cuda]", "step", 0.1, 1e12, "unchanged", "memory-bound", "counting error")
+    )
+    return points
+
+
+def test_a_crowded_plot_numbers_every_point_and_no_two_numbers_overlap(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib import pyplot as plt
+
+    points = crowded_points()
+    roofs = DeviceRoofs(compute={"bfloat16": 9e14}, bandwidth=4.5e12, cache_bandwidth=1.2e13, cache_name="L2")
+    drawn: list[object] = []
+    original = plt.close
+    plt.close = lambda fig: drawn.append(fig)  # type: ignore[assignment] # keep the figure to inspect it
+    try:
+        path = draw_roofline(tmp_path / "crowded.png", "Roofline: crowded", points, roofs, "41 steps")
+    finally:
+        plt.close = original  # type: ignore[assignment]
+    [fig] = drawn
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    numbers = [t for t in ax.texts if t.get_text().replace(",", "").isdigit()]
+    boxes = [t.get_window_extent(renderer) for t in numbers]
+    assert sorted(int(n) for t in numbers for n in t.get_text().split(",")) == list(range(1, 42))
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    listing = "\n".join(t.get_text() for t in fig.texts)  # type: ignore[attr-defined]
+    assert "over[cuda] - memory-bound - counting error (over its roof)" in listing
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    original(fig)
 
 
 PERF = """

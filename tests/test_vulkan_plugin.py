@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuperf.vulkan.adapters import AdapterInfo, AdapterSelectionError, select_adapter
+from pytest_gpuperf.backends.vulkan.adapters import AdapterInfo, AdapterSelectionError, select_adapter
 
 pytest.importorskip("wgpu", reason="the vulkan backend needs wgpu (pip install 'pytest-gpuperf[vulkan]')")
 
 WGSL_PERF_TEST = """
 import numpy as np
 import pytest
-from pytest_gpuperf.vulkan import kernels
+from pytest_gpuperf.backends.vulkan import kernels
 
 @pytest.mark.gpuperf_backends("vulkan")
 def test_saxpy(gpuperf):
@@ -48,7 +48,7 @@ def test_an_adapter_spec_matching_nothing_lists_the_adapters() -> None:
 
 
 def test_vulkan_device_option_selects_the_adapter_by_type(pytester: pytest.Pytester) -> None:
-    from pytest_gpuperf.vulkan.adapters import native_adapters
+    from pytest_gpuperf.backends.vulkan.adapters import native_adapters
 
     types = [info.device_type for info, _ in native_adapters()]
     wanted = "CPU" if "CPU" in types else types[0]  # lavapipe here and in CI; the GPU's type elsewhere
@@ -94,4 +94,20 @@ def test_perf_run_on_vulkan_records_then_compares_throughput_memory_and_bound(
         assert expected in baseline
     compared = pytester.runpytest("--gpuperf", "--gpuperf-backend", "vulkan", "-rA", *fast_args)
     compared.assert_outcomes(passed=1)
-    compared.stdout.fnmatch_lines(["*saxpy: bound*memory*memory*"])
+    compared.stdout.fnmatch_lines(["*saxpy: bound*memory-bound*memory-bound*"])
+
+
+def test_a_bound_marker_is_checked_on_vulkan_too(pytester: pytest.Pytester, fast_args: list[str]) -> None:
+    pytester.makepyfile(
+        WGSL_PERF_TEST.replace(
+            '@pytest.mark.gpuperf_backends("vulkan")',
+            """
+@pytest.mark.gpuperf_backends("vulkan")
+@pytest.mark.gpuperf(bound="compute")""",
+        )
+    )
+    result = pytester.runpytest("--gpuperf", "--gpuperf-backend", "vulkan", *fast_args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*saxpy.bound is *-bound but @pytest.mark.gpuperf(bound='compute') expects compute-bound: *AI 0.167 FLOP/B*"]
+    )

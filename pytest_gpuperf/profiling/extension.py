@@ -1,10 +1,12 @@
 """The ``measure()`` extension of the profiling feature: bound verdicts, torch.profiler and ncu capture.
 
 Registered on the active session by :mod:`pytest_gpuperf.profiling.plugin`. For every
-measured step on a torch backend it returns ``<name>.bound`` (category, stored in the
-baseline: a change fails the test) with ``<name>.arithmetic_intensity`` and
-``<name>.roof_share`` (info); with ncu capture also ``<name>.ncu_bound`` and the
-Speed-of-Light percentages. What it learned is stashed on the test item for the report.
+measured step on any backend (torch devices and Vulkan) it returns ``<name>.bound``
+(category, stored in the baseline: a change fails the test) with
+``<name>.arithmetic_intensity`` and ``<name>.roof_share`` (info); with ncu capture also
+``<name>.ncu_bound`` and the Speed-of-Light percentages, and a note when the two
+verdicts disagree. ``@pytest.mark.gpuperf(bound=...)`` is checked on every backend.
+What it learned is stashed on the test item for the report.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuperf.profiling.records import PROFILE_KEY, PROFILE_REQUESTED_KEY, StepProfile
-from pytest_gpuperf.results import KIND_CATEGORY, KIND_CUSTOM, Metric
+from pytest_gpuperf.results import Metric
 
 if TYPE_CHECKING:
     from pytest_gpuperf.extensions import MeasureContext
-    from pytest_gpuperf.profiling.analytic import StepCount
+    from pytest_gpuperf.profiling.ncu_capture import SessionCapture
+    from pytest_gpuperf.profiling.roofline import Roofline
     from pytest_gpuperf.profiling.roofs import RoofProvider
     from pytest_gpuperf.session import GpuperfSession
 
@@ -61,6 +64,10 @@ class ProfilingExtension:
         self.roofs = roofs
         self.current_item: pytest.Item | None = None
         self._occurrences: dict[str, int] = {}
+        #: Test ids that asked for ncu capture (set at collection); captured together in one ncu child.
+        self.ncu_node_ids: list[str] = []
+        self._ncu_session: SessionCapture | None = None
+        self._ncu_error: str | None = None
 
     def start_item(self, item: pytest.Item | None) -> None:
         """Called around each test by the plugin so ``after_measure`` knows whose step it is."""
@@ -69,86 +76,36 @@ class ProfilingExtension:
 
     def after_measure(self, context: MeasureContext) -> list[Metric]:
         """Classify the step; capture a trace and ncu numbers when asked; stash the record on the item."""
-        handle = context.handle
-        if not handle.backend.runs_torch:
-            return []
+        from pytest_gpuperf.profiling.analytic import analytic_verdict
+
         item = self.current_item
         record = StepProfile(context.name)
         occurrence = self._occurrences.get(context.name, 0)
         self._occurrences[context.name] = occurrence + 1
-        metrics = self._analytic(context, record)
-        if item is not None and profile_requested(item, self.settings):
+        backend = context.handle.backend
+        result = analytic_verdict(
+            context,
+            self.roofs,
+            self.session.fingerprint_for(backend),
+            self.settings.latency_share,
+            self._baseline_value(context, f"{context.name}.bound"),
+        )
+        metrics = list(result.metrics)
+        if result.note:
+            record.notes.append(result.note)
+        if result.line is not None and result.count is not None:
+            count = result.count
+            record.verdicts.append(f"analytic {result.line.explain()} [{count.flops_source}; {count.bytes_source}]")
+            if result.line.over_roof:
+                record.notes.append(result.line.counting_error())
+        if item is not None and backend.runs_torch and profile_requested(item, self.settings):
             self._trace(context, record, occurrence)
         if item is not None and ncu_requested(item, self.settings):
-            metrics += self._ncu(context, record, occurrence)
+            metrics += self._ncu(context, record, occurrence, result.line)
         self._check_expected_bound(context, record, metrics)
         if item is not None:
             item.stash.setdefault(PROFILE_KEY, []).append(record)
         return metrics
-
-    # -- analytic ------------------------------------------------------------------
-    def _count(self, context: MeasureContext, record: StepProfile) -> StepCount | None:
-        from pytest_gpuperf.profiling.analytic import StepCount, count_step
-
-        hints = context.hints
-        flops_hint, bytes_hint = hints.get("flops"), hints.get("bytes_moved")
-        try:
-            count = count_step(context.step, context.handle.backend.synchronize)
-        except Exception as exc:  # noqa: BLE001 - any step may refuse to run under a dispatch mode
-            if not (flops_hint and bytes_hint):
-                record.notes.append(f"no bound verdict: counting FLOPs/bytes failed ({type(exc).__name__}: {exc})")
-                return None
-            count = StepCount(0.0, 0.0, "float32")
-        if flops_hint:
-            count.flops, count.flops_source = float(flops_hint), "flops= hint"
-        if bytes_hint:
-            count.bytes, count.bytes_source = float(bytes_hint), "bytes_moved= hint"
-        return count
-
-    def _analytic(self, context: MeasureContext, record: StepProfile) -> list[Metric]:
-        from pytest_gpuperf.profiling.analytic import HOST_CPU_HYSTERESIS, HYSTERESIS, roofline
-
-        count = self._count(context, record)
-        if count is None:
-            return []
-        backend = context.handle.backend
-        roofs = self.roofs.roofs(backend, self.session.fingerprint_for(backend), count.dtype)
-        line = roofline(
-            count.flops,
-            count.bytes,
-            context.timing.median,
-            roofs.peak_flops,
-            roofs.peak_bandwidth,
-            self.settings.latency_share,
-            self._baseline_value(context, f"{context.name}.bound"),
-            # A host-CPU device's speed swings up to 2x with its neighbours' load (one flip of a CPU step between
-            # memory- and latency-bound in six unchanged runs here): there the band is a factor of 2.
-            HOST_CPU_HYSTERESIS if backend.is_host_cpu() else HYSTERESIS,
-        )
-        extra = {
-            **line.as_extra(),
-            "flops_source": count.flops_source,
-            "bytes_source": count.bytes_source,
-            "dtype_class": roofs.dtype_class,
-            "roofs": roofs.cache_key,
-            "explain": line.explain(),
-            "kept_from_baseline": line.kept_from_baseline,
-        }
-        record.verdicts.append(f"analytic {line.explain()} [{count.flops_source}; {count.bytes_source}]")
-        name = context.name
-        return [
-            Metric(f"{name}.bound", line.bound, "", "equal", KIND_CATEGORY, extra=extra),
-            Metric(
-                f"{name}.arithmetic_intensity",
-                line.arithmetic_intensity,
-                "FLOP/B",
-                "equal",
-                KIND_CUSTOM,
-                judged=False,
-                extra={"ridge_point": line.ridge_point},
-            ),
-            Metric(f"{name}.roof_share", line.roof_share, "", "higher", KIND_CUSTOM, judged=False, extra=extra),
-        ]
 
     def _baseline_value(self, context: MeasureContext, metric: str) -> str | None:
         """The class the baseline holds for ``metric`` (None under ``--gpuperf-update`` or without one)."""
@@ -177,9 +134,45 @@ class ProfilingExtension:
         record.top_kernels.extend(result.summary().splitlines())
 
     # -- Nsight Compute ---------------------------------------------------------------
-    def _ncu(self, context: MeasureContext, record: StepProfile, occurrence: int) -> list[Metric]:
-        from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, capture_step, find_ncu
-        from pytest_gpuperf.profiling.verdict import classify_kernels
+    def _session_capture(self, ncu: str, node_id: str) -> SessionCapture:
+        """The session's one ncu child (started at the first ncu test; per test under xdist)."""
+        from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, capture_session
+
+        if self._ncu_error is not None:
+            raise NcuUnavailable(self._ncu_error)
+        if self._ncu_session is not None and node_id in self._ncu_session.tests:
+            return self._ncu_session
+        together = not self.settings.xdist and node_id in self.ncu_node_ids
+        node_ids = self.ncu_node_ids if together else [node_id]
+        stem = "ncu-session" if together else self._artifact_stem(node_id)
+        try:
+            self._ncu_session = capture_session(
+                ncu,
+                node_ids,
+                "cuda",
+                self.settings.rootdir,
+                self.settings.artifacts_dir / f"{stem}.ncu.csv",
+                self.settings.ncu_timeout * max(1, len(node_ids)),
+                self.settings.xdist,
+            )
+        except NcuUnavailable as exc:
+            if together:
+                self._ncu_error = str(exc)  # the same reason holds for every test of the session
+            raise
+        return self._ncu_session
+
+    @staticmethod
+    def _artifact_stem(node_id: str) -> str:
+        from pytest_gpuperf.profiling.torch_trace import artifact_stem
+
+        return artifact_stem(node_id, "ncu")
+
+    def _ncu(
+        self, context: MeasureContext, record: StepProfile, occurrence: int, line: Roofline | None
+    ) -> list[Metric]:
+        from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, find_ncu
+        from pytest_gpuperf.profiling.ncu_sol_rules import classify_kernels
+        from pytest_gpuperf.profiling.ncu_verdict import disagreement, ncu_metrics
 
         handle = context.handle
         ncu = find_ncu()
@@ -188,52 +181,32 @@ class ProfilingExtension:
         if handle.backend.name != "cuda":
             record.notes.append(f"ncu: backend {handle.backend.name} runs no CUDA kernels; nothing to capture")
             return []
-        csv_path = self._artifact(context, occurrence, ".ncu.csv")
         try:
-            capture = capture_step(
-                ncu,
-                handle.node_id,
-                context.name,
-                occurrence,
-                handle.backend.name,
-                self.settings.rootdir,
-                csv_path,
-                self.settings.ncu_timeout,
-                self.settings.xdist,
-            )
+            capture = self._session_capture(ncu, handle.node_id).capture(handle.node_id, context.name, occurrence)
         except NcuUnavailable as exc:
             pytest.skip(f"{handle.node_id}: Nsight Compute capture unavailable: {exc}")
+        if not capture.kernels:
+            record.notes.append(f"ncu: no kernel ran in the window of step {context.name!r}")
+            return []
         sol = classify_kernels(capture.kernels)
         record.artifacts.append(capture.csv_path)
         heaviest = sorted(capture.kernels, key=lambda k: -k.duration_s)[:5]
-        record.verdicts.append(f"ncu {sol.describe()} over {len(capture.kernels)} kernel(s), {capture.wall_s:.1f} s")
+        record.verdicts.append(
+            f"ncu {sol.describe()} over {len(capture.kernels)} kernel(s), {capture.wall_s:.1f} s of ncu per test"
+        )
         record.verdicts += [
             f"  ncu kernel {k.duration_s * 1e6:9.1f} us  SM {k.sm_pct:5.1f}%  mem {k.memory_pct:5.1f}%  "
             f"DRAM {k.dram_pct:5.1f}%  {k.short_name()}"
             for k in heaviest
         ]
-        extra = {
-            "sm_pct": sol.sm_pct,
-            "memory_pct": sol.memory_pct,
-            "dram_pct": sol.dram_pct,
-            "rule": sol.rule,
-            "kernels": len(capture.kernels),
-            "kernel_seconds": sum(k.duration_s for k in capture.kernels),
-            "csv": str(capture.csv_path),
-            "capture_wall_s": capture.wall_s,
-            "top_kernel": heaviest[0].short_name() if heaviest else "",
-        }
-        name = context.name
-        return [
-            Metric(f"{name}.ncu_bound", sol.bound, "", "equal", KIND_CATEGORY, extra=extra),
-            Metric(f"{name}.ncu_sm_pct", sol.sm_pct, "%", "equal", KIND_CUSTOM, judged=False),
-            Metric(f"{name}.ncu_memory_pct", sol.memory_pct, "%", "equal", KIND_CUSTOM, judged=False),
-            Metric(f"{name}.ncu_dram_pct", sol.dram_pct, "%", "equal", KIND_CUSTOM, judged=False),
-        ]
+        conflict = disagreement(line, sol, capture)
+        if conflict:
+            record.notes.append(conflict)
+        return ncu_metrics(context.name, sol, capture, conflict)
 
     # -- @pytest.mark.gpuperf(bound=...) ------------------------------------------------
     def _check_expected_bound(self, context: MeasureContext, record: StepProfile, metrics: list[Metric]) -> None:
-        from pytest_gpuperf.profiling.verdict import normalize_bound
+        from pytest_gpuperf.profiling.roofline import normalize_bound
 
         expected = context.handle.options.get("bound")
         if expected is None:
@@ -248,7 +221,7 @@ class ProfilingExtension:
         if not verdicts:
             record.mismatches.append(
                 f"{node_id}: @pytest.mark.gpuperf(bound={expected!r}) cannot be checked for step "
-                f"{context.name!r}: no verdict ({'; '.join(record.notes) or 'backend without torch'})"
+                f"{context.name!r}: no verdict ({'; '.join(record.notes) or 'nothing counted'})"
             )
         for metric in verdicts:
             if metric.value != wanted:
@@ -274,18 +247,20 @@ def _describe_ncu(metric: Metric) -> str:
 
 
 class NcuChildExtension:
-    """In the child process ncu runs: brackets the target step's calls with profiler start/stop."""
+    """In the child process ncu runs: one capture window per ``measure()`` call, listed in the manifest."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self._seen: dict[str, int] = {}
+    def __init__(self, manifest: Path) -> None:
+        self.manifest = manifest
+        self._seen: dict[tuple[str, str], int] = {}
 
     def after_measure(self, context: MeasureContext) -> list[Metric]:
-        """Profile :data:`~pytest_gpuperf.profiling.ncu_capture.PROFILED_CALLS` calls of the target step only."""
+        """Bracket one call of the step (after the child's short measuring) and record whose window it is."""
         from pytest_gpuperf.profiling.ncu_capture import bracket_step
 
-        index = self._seen.get(context.name, 0)
-        self._seen[context.name] = index + 1
-        if (context.name, index) == self.target:
-            bracket_step(context.handle.backend, context.step)
+        handle = context.handle
+        if handle.backend.name != "cuda":
+            return []
+        index = self._seen.get((handle.node_id, context.name), 0)
+        self._seen[(handle.node_id, context.name)] = index + 1
+        bracket_step(handle.backend, context.step, self.manifest, (handle.node_id, context.name, index))
         return []

@@ -1,27 +1,34 @@
-"""Nsight Compute capture of one measured step, re-run in a child pytest process.
+"""Nsight Compute capture of measured steps: every ncu test of a session in ONE child pytest under ncu.
 
-Parent side (:func:`capture_step`): run ``ncu --profile-from-start off --clock-control none
---metrics <SOL> --csv --page raw --print-units base -- python -m pytest <test id> ...``
-with environment variables naming the step. Child side (:func:`bracket_step`, called by
-the profiling extension in the child): after the child's own short warm-up and
-measuring, bracket :data:`PROFILED_CALLS` calls of that step with
-``cudaProfilerStart()`` / ``cudaProfilerStop()``, so ncu profiles only that region, with
-real clocks. The CSV is kept as an artifact and parsed into per-kernel records.
+ncu's own start-up and the child's CUDA initialisation cost 12-17 s on an H200, far more
+than the kernels, so they are paid once per session:
+
+* parent side (:func:`capture_session`): run ``ncu --profile-from-start off --clock-control
+  none --metrics <SOL> --csv --page raw --print-units base -- python -m pytest <ids...>``
+  over every selected ncu test, with :data:`ENV_MANIFEST` naming a manifest file;
+* child side (:func:`bracket_step`, called for each ``measure()`` in the child): after the
+  child's short warm-up and measuring, one call of the step runs between
+  ``cudaProfilerStart()`` and ``cudaProfilerStop()`` (its own capture window), opened by a
+  one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), and
+  the window's (test id, step, occurrence) is appended to the manifest;
+* the parent parses the CSV once and cuts the kernel list at the markers: the n-th window
+  is the manifest's n-th line (:func:`split_windows`).
 
 ncu missing, or unable to read the GPU's counters (``ERR_NVGPUCTRPERM``,
-``LibraryNotLoaded`` ...), raises :class:`NcuUnavailable`; the caller skips the test
-with that reason.
+``LibraryNotLoaded`` ...), raises :class:`NcuUnavailable`; the caller skips the test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,10 +44,12 @@ from pytest_gpuperf.profiling.ncu_parse import (
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-ENV_STEP = "GPUPERF_NCU_CHILD_STEP"
-ENV_OCCURRENCE = "GPUPERF_NCU_CHILD_OCCURRENCE"
-PROFILED_CALLS = 1
+ENV_MANIFEST = "GPUPERF_NCU_MANIFEST"
+#: The marker kernel that opens each capture window (``torch.cuda._sleep``).
+MARKER_KERNEL = "spin_kernel"
 DEFAULT_TIMEOUT = 300.0
+
+WindowKey = tuple[str, str, int]
 
 
 class NcuUnavailable(Exception):
@@ -49,12 +58,38 @@ class NcuUnavailable(Exception):
 
 @dataclass
 class NcuCapture:
-    """Kernels ncu profiled in one step's region, and where its CSV was kept."""
+    """Kernels ncu profiled in one step's window, and where the session's CSV was kept."""
 
     kernels: list[KernelRecord]
     csv_path: Path
     wall_s: float
     command: list[str]
+
+
+@dataclass
+class SessionCapture:
+    """What one ncu child process captured: kernels per window, its cost, and its command."""
+
+    windows: dict[WindowKey, list[KernelRecord]]
+    csv_path: Path
+    wall_s: float
+    command: list[str]
+    tests: list[str] = field(default_factory=list)
+
+    def capture(self, node_id: str, step: str, occurrence: int) -> NcuCapture:
+        """The window of one step; NcuUnavailable when the child never reached it."""
+        key = (node_id, step, occurrence)
+        if key not in self.windows:
+            raise NcuUnavailable(
+                f"the ncu session ({len(self.tests)} test(s)) captured no window for {node_id} step {step!r}; "
+                f"the child run of the test did not reach that measure() call (see {self.csv_path})"
+            )
+        return NcuCapture(self.windows[key], self.csv_path, self.cost_per_test, self.command)
+
+    @property
+    def cost_per_test(self) -> float:
+        """Wall seconds of the ncu child divided by the tests it captured."""
+        return self.wall_s / max(1, len(self.tests))
 
 
 def find_ncu() -> str | None:
@@ -66,7 +101,7 @@ def find_ncu() -> str | None:
 
 
 def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
-    """The ncu command line that profiles only the profiler-start/stop region, with real clocks."""
+    """The ncu command line that profiles only the profiler-start/stop windows, with real clocks."""
     return [
         ncu,
         "--profile-from-start",
@@ -87,9 +122,9 @@ def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
     ]
 
 
-def child_pytest_args(node_id: str, backend: str, baselines_dir: Path, xdist: bool) -> list[str]:
-    """A short ``--gpuperf`` run of one test: just enough warm-up for the region to be representative."""
-    args = [sys.executable, "-m", "pytest", node_id, "-q", "-p", "no:cacheprovider", "--gpuperf"]
+def child_pytest_args(node_ids: Sequence[str], backend: str, baselines_dir: Path, xdist: bool) -> list[str]:
+    """A short ``--gpuperf`` run of the tests: just enough warm-up for each window to be representative."""
+    args = [sys.executable, "-m", "pytest", *node_ids, "-q", "-p", "no:cacheprovider", "--gpuperf"]
     args += ["--gpuperf-backend", backend, "--gpuperf-max-time", "0.05", "--gpuperf-min-samples", "1"]
     args += ["--gpuperf-no-reference", "--gpuperf-no-confirm", "--gpuperf-baselines", str(baselines_dir)]
     if xdist:
@@ -97,28 +132,58 @@ def child_pytest_args(node_id: str, backend: str, baselines_dir: Path, xdist: bo
     return args
 
 
-def capture_step(
+def split_windows(
+    kernels: Sequence[KernelRecord], manifest: Sequence[WindowKey]
+) -> dict[WindowKey, list[KernelRecord]]:
+    """Cut ncu's kernel list at the marker kernels: the n-th window belongs to the manifest's n-th entry.
+
+    Raises :class:`NcuParseError` when the markers and the manifest disagree (the
+    windows cannot be attributed then).
+    """
+    windows: list[list[KernelRecord]] = []
+    for kernel in kernels:
+        if MARKER_KERNEL in kernel.name:
+            windows.append([])
+        elif windows:
+            windows[-1].append(kernel)
+        else:
+            raise NcuParseError(f"kernel {kernel.short_name()!r} was captured before any window marker")
+    if len(windows) != len(manifest):
+        raise NcuParseError(
+            f"ncu captured {len(windows)} window(s) but the child recorded {len(manifest)}; cannot attribute kernels"
+        )
+    return dict(zip(manifest, windows, strict=True))
+
+
+def read_manifest(path: Path) -> list[WindowKey]:
+    """The (test id, step, occurrence) of each window the child opened, in order."""
+    if not path.exists():
+        return []
+    keys = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            keys.append((str(entry["node_id"]), str(entry["step"]), int(entry["occurrence"])))
+    return keys
+
+
+def capture_session(
     ncu: str,
-    node_id: str,
-    step_name: str,
-    occurrence: int,
+    node_ids: Sequence[str],
     backend: str,
     rootdir: Path,
     csv_path: Path,
     timeout: float = DEFAULT_TIMEOUT,
     xdist: bool = False,
-) -> NcuCapture:
-    """Re-run ``node_id`` under ncu, profiling the ``occurrence``-th ``measure(name=step_name)`` region."""
-    import time
-
+) -> SessionCapture:
+    """Run ``node_ids`` in one child pytest under ncu; every ``measure()`` there is one capture window."""
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     if csv_path.exists():
         csv_path.unlink()
-    env = dict(os.environ)
-    env[ENV_STEP] = step_name
-    env[ENV_OCCURRENCE] = str(occurrence)
     with tempfile.TemporaryDirectory(prefix="gpuperf-ncu-") as scratch:
-        command = ncu_prefix(ncu, csv_path) + child_pytest_args(node_id, backend, Path(scratch), xdist)
+        manifest_path = Path(scratch) / "windows.jsonl"
+        env = {**os.environ, ENV_MANIFEST: str(manifest_path)}
+        command = ncu_prefix(ncu, csv_path) + child_pytest_args(node_ids, backend, Path(scratch), xdist)
         started = time.perf_counter()
         try:
             done = subprocess.run(
@@ -128,25 +193,34 @@ def capture_step(
             raise NcuUnavailable(f"cannot start ncu ({ncu}): {exc}") from None
         except subprocess.TimeoutExpired:
             raise NcuUnavailable(
-                f"ncu capture of {node_id} ran past {timeout:.0f} s; raise --gpuperf-ncu-timeout"
+                f"the ncu session of {len(node_ids)} test(s) ran past {timeout:.0f} s; raise --gpuperf-ncu-timeout"
             ) from None
         wall = time.perf_counter() - started
+        manifest = read_manifest(manifest_path)
+    return parse_session(csv_path, f"{done.stdout}\n{done.stderr}", manifest, wall, command, list(node_ids))
+
+
+def parse_session(
+    csv_path: Path, output: str, manifest: list[WindowKey], wall: float, command: list[str], tests: list[str]
+) -> SessionCapture:
+    """Parse the child's CSV (the log file, else its stdout) into windows; NcuUnavailable with ncu's reason."""
     log_text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.exists() else ""
-    output = f"{log_text}\n{done.stdout}\n{done.stderr}"
-    reason = unavailable_reason(output)
+    everything = f"{log_text}\n{output}"
+    reason = unavailable_reason(everything)
     if reason:
         raise NcuUnavailable(f"ncu cannot read GPU counters here: {reason}")
-    source = log_text if any(r and r[0] == "ID" for r in csv_rows(log_text)) else done.stdout
+    source = log_text if any(r and r[0] == "ID" for r in csv_rows(log_text)) else output
     try:
         kernels = parse_raw(source, str(csv_path))
+        windows = split_windows(kernels, manifest)
     except NcuParseError as exc:
-        raise NcuUnavailable(f"ncu printed no usable CSV ({exc}); output tail: {_tail(output)}") from None
+        raise NcuUnavailable(f"ncu printed no usable CSV ({exc}); output tail: {_tail(everything)}") from None
     if source is not log_text:
         csv_path.write_text("\n".join(line for line in source.splitlines() if line.startswith('"')), encoding="utf-8")
-    if not kernels:
-        error = unavailable_reason(output, any_error=True)
-        raise NcuUnavailable(f"ncu profiled no kernels in the region of {node_id}: {error or _tail(output)}")
-    return NcuCapture(kernels, csv_path, wall, command)
+    if not windows:
+        error = unavailable_reason(everything, any_error=True)
+        raise NcuUnavailable(f"ncu profiled no kernels: {error or _tail(everything)}")
+    return SessionCapture(windows, csv_path, wall, command, tests)
 
 
 def _tail(text: str, lines: int = 6) -> str:
@@ -154,23 +228,23 @@ def _tail(text: str, lines: int = 6) -> str:
     return " | ".join(kept)
 
 
-def child_target() -> tuple[str, int] | None:
-    """In a child started by :func:`capture_step`: the (step name, occurrence) to bracket; None elsewhere."""
-    name = os.environ.get(ENV_STEP)
-    if not name:
-        return None
-    return name, int(os.environ.get(ENV_OCCURRENCE, "0") or 0)
+def child_manifest() -> Path | None:
+    """In a child started by :func:`capture_session`: the manifest to append windows to; None elsewhere."""
+    path = os.environ.get(ENV_MANIFEST)
+    return Path(path) if path else None
 
 
-def bracket_step(backend: Backend, step: Callable[[], object], calls: int = PROFILED_CALLS) -> None:
-    """Run ``calls`` calls of ``step`` between ``cudaProfilerStart()`` and ``cudaProfilerStop()``."""
+def bracket_step(backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey) -> None:
+    """One capture window: a marker kernel and one call of ``step`` between profiler start and stop."""
     import torch
 
     backend.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     try:
-        for _ in range(calls):
-            step()
+        torch.cuda._sleep(1)
+        step()
         backend.synchronize()
     finally:
         torch.cuda.cudart().cudaProfilerStop()
+    with manifest.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"node_id": key[0], "step": key[1], "occurrence": key[2]}) + "\n")

@@ -1,11 +1,13 @@
 """pytest hooks and fixtures of the profiling feature; imported at start-up, so nothing heavy at module level.
 
-* every measured step gets a memory-/compute-/latency-bound verdict (``<name>.bound``)
-  from its FLOPs and bytes against the device's measured roofs;
+* every measured step, on every backend, gets a memory-/compute-/latency-/host-bound verdict
+  (``<name>.bound``) from its FLOPs and bytes against the device's measured roofs (kept in
+  pytest's cache);
 * ``--gpuperf-profile`` (or ``@pytest.mark.gpuperf_profile`` or the ``gpuperf_profile``
   fixture) writes a torch.profiler Chrome trace per step and lists its top kernels;
-* ``--gpuperf-ncu`` (or ``@pytest.mark.gpuperf_ncu``) re-runs the step under Nsight Compute
-  and adds ncu's verdict (``<name>.ncu_bound``); a test is skipped when ncu cannot run.
+* ``--gpuperf-ncu`` (or ``@pytest.mark.gpuperf_ncu``) re-runs the session's ncu tests in one
+  child pytest under Nsight Compute and adds ncu's verdict (``<name>.ncu_bound``); a test is
+  skipped when ncu cannot run.
 """
 
 from __future__ import annotations
@@ -75,16 +77,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if session is None:
         return
     config.pluginmanager.register(ProfileSummary(config), "gpuperf-profile-summary")
-    from pytest_gpuperf.profiling.ncu_capture import child_target
+    from pytest_gpuperf.profiling.ncu_capture import child_manifest
 
-    target = child_target()
-    if target is not None:  # the child process ncu runs: bracket the region, nothing else
+    manifest = child_manifest()
+    if manifest is not None:  # the child process ncu runs: one capture window per measure(), nothing else
         from pytest_gpuperf.profiling.extension import NcuChildExtension
 
-        session.extensions.append(NcuChildExtension(target))
+        session.extensions.append(NcuChildExtension(manifest))
         return
     from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
-    from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, RoofProvider
+    from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
 
     artifacts = Path(get_option(config, "--gpuperf-artifacts"))
     if not artifacts.is_absolute():
@@ -101,7 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
         rootdir=config.rootpath,
         xdist=config.pluginmanager.hasplugin("xdist"),
     )
-    roofs = RoofProvider(RoofCache(config.rootpath / CACHE_NAME), get_option(config, "--gpuperf-recalibrate"))
+    store = RoofStore(getattr(config, "cache", None))
+    roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
     extension = ProfilingExtension(session, settings, roofs)
     session.extensions.append(extension)
     config.stash[EXTENSION_KEY] = extension
@@ -116,6 +119,28 @@ def gpuperf_profile(request: pytest.FixtureRequest) -> list[StepProfile]:
     """
     request.node.stash[PROFILE_REQUESTED_KEY] = True
     return request.node.stash.setdefault(PROFILE_KEY, [])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Note the perf tests that asked for ncu capture: they are captured together, in one ncu child."""
+    extension = config.stash.get(EXTENSION_KEY, None)
+    if extension is None:
+        return
+    from pytest_gpuperf.profiling.extension import ncu_requested
+
+    extension.ncu_node_ids = [
+        item.nodeid
+        for item in items
+        if "gpuperf" in getattr(item, "fixturenames", ())
+        and ncu_requested(item, extension.settings)
+        and _runs_on_cuda(item)
+    ]
+
+
+def _runs_on_cuda(item: pytest.Item) -> bool:
+    """True for the ``[cuda]`` instance of a perf test (ncu profiles CUDA kernels only)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("gpuperf_backend") == "cuda"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -209,4 +234,4 @@ class ProfileSummary:
             folder = os.path.commonpath([os.path.dirname(a) for a in self.artifacts])
             tr.write_line(f"profiling artifacts ({len(self.artifacts)} file(s)) in: {folder}")
         if calibrated and extension is not None:
-            tr.write_line(f"measured roofs for {', '.join(calibrated)}; cached in {extension.roofs.cache.path}")
+            tr.write_line(f"measured roofs for {', '.join(calibrated)}; kept in {extension.roofs.store.where}")

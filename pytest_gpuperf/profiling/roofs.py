@@ -1,58 +1,55 @@
-"""Measured roofs: the peak FLOP/s and bytes/s this device really reaches, never a datasheet.
+"""Measured roofs, kept in pytest's cache: peak FLOP/s, DRAM and last-level-cache bandwidth of a device.
 
-Calibration, once per hardware fingerprint (and per dtype class for compute):
+Each backend measures its own roofs. A backend with a ``measure_roof(what, dtype_class)``
+method (the Vulkan backend: its copy and FMA-chain kernels) answers for itself; torch
+backends use the workloads here:
 
 * **compute**: a large square matmul in the step's dtype class (``n = 8192`` on GPUs,
-  ``1024`` on the CPU; bf16 stands for fp16 too), best of a few timed runs, ``2 n^3`` FLOPs;
-  fp32 on CUDA is calibrated with the same TF32 setting the test runs with;
-* **bandwidth**: a large device copy ``dst.copy_(src)`` (1 GiB on GPUs, 128 MiB on the
-  CPU, well past the caches), best of a few runs, counting a read and a write of every byte.
+  ``1024`` on the CPU; bf16 stands for fp16 too), ``2 n^3`` FLOPs; fp32 on CUDA is
+  calibrated with the same TF32 setting the test runs with;
+* **DRAM**: a device copy ``dst.copy_(src)`` far larger than the caches (1 GiB on GPUs,
+  128 MiB on the CPU), counting a read and a write of every byte;
+* **cache**: the same copy over a quarter of the last-level cache (GPU L2 from the
+  device properties, CPU LLC from ``/sys/devices/system/cpu``), many calls in a row
+  so the data stays resident.
 
-Results are cached in ``.gpuperf/roofs.json`` under the rootdir, keyed by the
-fingerprint's identity fields (plus the CPU thread count), so later sessions reuse them;
-``--gpuperf-recalibrate`` measures again.
+Every calibration is the best of :data:`TRIES` timed tries. Results are kept in
+pytest's cache (``config.cache``, under ``.pytest_cache/``, which pytest keeps out of
+git) per hardware fingerprint (plus CPU threads). A roof a step beats is re-measured
+once per session (:meth:`RoofProvider.refresh`) and the best of old and new is kept,
+so a roof measured during a busy moment heals itself; ``--gpuperf-recalibrate``
+measures everything again.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.fingerprint import baseline_filename
+from pytest_gpuperf.profiling.roofline import DRAM, Roofs
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-CACHE_NAME = ".gpuperf/roofs.json"
-CACHE_VERSION = 1
+CACHE_PREFIX = "gpuperf/roofs/"
+CACHE_VERSION = 2
+TRIES = 5
 #: dtypes calibrated as another (same matrix-unit rate on current GPUs and CPUs).
 DTYPE_CLASS = {"float16": "bfloat16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64"}
 
 
-@dataclass(frozen=True)
-class Roofs:
-    """Measured peak compute (for one dtype class) and bandwidth of one device."""
-
-    peak_flops: float
-    peak_bandwidth: float
-    dtype_class: str
-    cache_key: str
-
-
-def dtype_class(dtype: str, backend_name: str) -> str:
+def dtype_class(dtype: str, backend: Backend) -> str:
     """The calibration class of a dtype name: ``float16`` -> ``bfloat16``; fp32 on CUDA notes TF32."""
     cls = DTYPE_CLASS.get(dtype, "float32")
-    if cls == "float32" and backend_name == "cuda":
+    if cls == "float32" and backend.name == "cuda":
         import torch
 
         if torch.backends.cuda.matmul.allow_tf32:
             cls = "float32-tf32"
-    return cls
+    return cls if backend.runs_torch else "float32"
 
 
 def cache_key(fingerprint: dict[str, Any]) -> str:
@@ -63,10 +60,10 @@ def cache_key(fingerprint: dict[str, Any]) -> str:
     return key
 
 
-def _best_time(backend: Backend, fn: Callable[[], object], repeats: int, iters: int) -> float:
-    """Best per-call seconds over ``repeats`` samples of ``iters`` calls (after one warm-up call)."""
+def _best_time(backend: Backend, fn: Callable[[], object], iters: int, tries: int = TRIES) -> float:
+    """Best per-call seconds over ``tries`` samples of ``iters`` calls (after one warm-up call)."""
     backend.time_block(fn, 1)
-    return min(backend.time_block(fn, iters) / iters for _ in range(repeats))
+    return min(backend.time_block(fn, iters) / iters for _ in range(tries))
 
 
 def measure_peak_flops(backend: Backend, cls: str) -> dict[str, float]:
@@ -78,85 +75,191 @@ def measure_peak_flops(backend: Backend, cls: str) -> dict[str, float]:
     gen = torch.Generator(device="cpu").manual_seed(7)
     a = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
-    seconds = _best_time(backend, lambda: a @ b, repeats=5, iters=1 if backend.name == "cpu" else 3)
+    seconds = _best_time(backend, lambda: a @ b, iters=1 if backend.name == "cpu" else 3)
     return {"peak_flops": 2.0 * n**3 / seconds, "matmul_n": n, "seconds": seconds}
 
 
-def measure_peak_bandwidth(backend: Backend) -> dict[str, float]:
-    """Time a large device copy (read + write of every byte); returns bytes/s, size and seconds."""
+def _copy_rate(backend: Backend, nbytes: int, iters: int) -> dict[str, float]:
+    """Best read + write bandwidth of ``dst.copy_(src)`` over ``nbytes`` of random float32."""
     import torch
 
+    gen = torch.Generator(device="cpu").manual_seed(8)
+    src = torch.randn(max(1, nbytes // 4), generator=gen).to(backend.device())
+    dst = torch.empty_like(src)
+    seconds = _best_time(backend, lambda: dst.copy_(src), iters=iters)
+    return {"bandwidth": 2.0 * src.numel() * 4 / seconds, "copy_bytes": src.numel() * 4, "seconds": seconds}
+
+
+def measure_dram_bandwidth(backend: Backend) -> dict[str, float]:
+    """Time a device copy far larger than the caches (read + write of every byte)."""
     nbytes = 128 * 2**20 if backend.name == "cpu" else 2**30
     if backend.name == "cuda":
+        import torch
+
         nbytes = min(nbytes, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 8)
-    gen = torch.Generator(device="cpu").manual_seed(8)
-    src = torch.randn(nbytes // 4, generator=gen).to(backend.device())
-    dst = torch.empty_like(src)
-    seconds = _best_time(backend, lambda: dst.copy_(src), repeats=5, iters=1 if backend.name == "cpu" else 5)
-    return {"peak_bandwidth": 2.0 * src.numel() * 4 / seconds, "copy_bytes": src.numel() * 4, "seconds": seconds}
+    return _copy_rate(backend, nbytes, iters=1 if backend.name == "cpu" else 5)
 
 
-class RoofCache:
-    """The JSON file of measured roofs; reads tolerate a missing or broken file, writes are atomic."""
+def last_level_cache(backend: Backend) -> tuple[str, int] | None:
+    """(name, bytes) of the device's last-level cache: CUDA L2, CPU LLC; None where unknown."""
+    if backend.name == "cuda":
+        import torch
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+        size = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0))
+        return ("L2", size) if size > 0 else None
+    if backend.name == "cpu":
+        return ("LLC", cpu_llc_bytes()) if cpu_llc_bytes() else None
+    return None
 
-    def load(self) -> dict[str, Any]:
-        """All cached entries (empty when the file is missing, unreadable or of another version)."""
+
+def cpu_llc_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """Size of the CPU's highest cache level from sysfs (0 when unreadable)."""
+    best_level, best_size = 0, 0
+    for index in sorted(root.glob("index*")) if root.is_dir() else []:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            level = int((index / "level").read_text().strip())
+            text = (index / "size").read_text().strip().upper()
         except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-            return {}
-        entries = data.get("devices", {})
-        return entries if isinstance(entries, dict) else {}
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        try:
+            size = int(text.rstrip("KMG")) * scale
+        except ValueError:
+            continue
+        if level > best_level or (level == best_level and size > best_size):
+            best_level, best_size = level, size
+    return best_size
+
+
+def measure_cache_bandwidth(backend: Backend) -> dict[str, float] | None:
+    """Copy bandwidth over a quarter of the last-level cache (source + destination), or None without one."""
+    cache = last_level_cache(backend)
+    if cache is None:
+        return None
+    name, size = cache
+    result = _copy_rate(backend, size // 8, iters=20 if backend.name == "cpu" else 200)
+    return {**result, "cache_bytes": float(size), "cache_name": name}  # type: ignore[dict-item]
+
+
+def measure(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
+    """One roof of ``backend``: ``compute`` (dtype class ``cls``), ``dram`` or ``cache``; None if not measurable."""
+    custom = getattr(backend, "measure_roof", None)
+    if custom is not None:
+        return custom(what, cls)
+    if not backend.runs_torch:
+        return None
+    if what == "compute":
+        return measure_peak_flops(backend, cls)
+    if what == "dram":
+        return measure_dram_bandwidth(backend)
+    return measure_cache_bandwidth(backend)
+
+
+class RoofStore:
+    """Roof entries in pytest's cache (``config.cache``); in memory only when the cache provider is off."""
+
+    def __init__(self, cache: Any | None) -> None:
+        self.cache = cache
+        self._memory: dict[str, dict[str, Any]] = {}
+
+    @property
+    def where(self) -> str:
+        """Where entries live, for the report."""
+        return "pytest's cache (.pytest_cache/v/gpuperf/roofs/)" if self.cache is not None else "memory only"
+
+    def load(self, key: str) -> dict[str, Any] | None:
+        """The entry of ``key`` (None when missing, broken or of another version)."""
+        if key in self._memory:
+            return self._memory[key]
+        entry = self.cache.get(CACHE_PREFIX + key, None) if self.cache is not None else None
+        if not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION:
+            return None
+        if not isinstance(entry.get("compute"), dict):
+            return None
+        return entry
 
     def store(self, key: str, entry: dict[str, Any]) -> None:
-        """Merge one device's entry into the file (re-read first, then replace atomically)."""
-        entries = self.load()
-        entries[key] = entry
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "devices": entries}, indent=2), encoding="utf-8")
-        os.replace(tmp, self.path)
+        """Keep ``entry`` for ``key`` (pytest's cache writes its JSON file atomically)."""
+        entry["version"] = CACHE_VERSION
+        self._memory[key] = entry
+        if self.cache is not None:
+            self.cache.set(CACHE_PREFIX + key, entry)
 
 
 class RoofProvider:
-    """Measured roofs per (fingerprint, dtype class), from memory, the cache file, or a calibration run."""
+    """Measured roofs per (fingerprint, dtype class): from memory, pytest's cache, or a calibration run."""
 
-    def __init__(self, cache: RoofCache, recalibrate: bool = False) -> None:
-        self.cache = cache
+    def __init__(self, store: RoofStore, recalibrate: bool = False) -> None:
+        self.store = store
         self.recalibrate = recalibrate
-        self._entries: dict[str, dict[str, Any]] = {}
+        self._fresh: set[str] = set()
+        self._refreshed: set[tuple[str, str]] = set()
         self.calibrated: list[str] = []
+
+    def _entry(self, key: str, fingerprint: dict[str, Any]) -> dict[str, Any]:
+        entry = self.store.load(key)
+        if entry is None or (self.recalibrate and key not in self._fresh):
+            entry = {"fingerprint": {k: fingerprint.get(k) for k in ("backend", "device_name", "arch")}}
+            entry["compute"] = {}
+        self._fresh.add(key)
+        return entry
 
     def roofs(self, backend: Backend, fingerprint: dict[str, Any], dtype: str) -> Roofs:
         """The roofs for ``dtype``'s class on this device, calibrating what is not cached yet."""
         key = cache_key(fingerprint)
-        cls = dtype_class(dtype, backend.name)
-        entry = self._entries.get(key)
-        if entry is None and not self.recalibrate:
-            entry = self.cache.load().get(key)
-        if entry is None:
-            entry = {"fingerprint": {k: fingerprint.get(k) for k in ("backend", "device_name", "arch")}, "compute": {}}
-        changed = False
-        if "bandwidth" not in entry:
-            entry["bandwidth"] = measure_peak_bandwidth(backend)
-            changed = True
+        cls = dtype_class(dtype, backend)
+        entry = self._entry(key, fingerprint)
+        measured = []
+        if "dram" not in entry:
+            entry["dram"] = measure(backend, "dram", cls)
+            entry["cache"] = measure(backend, "cache", cls)
+            measured.append("DRAM and cache bandwidth")
         if cls not in entry["compute"]:
-            entry["compute"][cls] = measure_peak_flops(backend, cls)
-            changed = True
-        if changed:
-            entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            entry["torch"] = fingerprint.get("torch")
-            self.cache.store(key, entry)
-            self.calibrated.append(f"{key} ({cls})")
-        self._entries[key] = entry
+            entry["compute"][cls] = measure(backend, "compute", cls)
+            measured.append(f"{cls} compute")
+        if measured:
+            self._save(key, entry, fingerprint)
+            self.calibrated.append(f"{key} ({', '.join(measured)})")
+        return self._roofs(entry, key, cls)
+
+    def refresh(self, backend: Backend, fingerprint: dict[str, Any], dtype: str, level: str) -> Roofs | None:
+        """Re-measure the roof a step beat (``level``: DRAM, the cache's name, or ``compute``), keeping the best.
+
+        At most once per session and roof; returns the new roofs, or None when already refreshed.
+        """
+        key = cache_key(fingerprint)
+        cls = dtype_class(dtype, backend)
+        what = "compute" if level == "compute" else ("dram" if level == DRAM else "cache")
+        if (key, what + cls) in self._refreshed:
+            return None
+        self._refreshed.add((key, what + cls))
+        entry = self._entry(key, fingerprint)
+        new = measure(backend, what, cls)
+        old = entry["compute"].get(cls) if what == "compute" else entry.get(what)
+        rate = "peak_flops" if what == "compute" else "bandwidth"
+        if new is not None and (not old or float(new[rate]) > float(old[rate])):
+            if what == "compute":
+                entry["compute"][cls] = new
+            else:
+                entry[what] = new
+        self._save(key, entry, fingerprint)
+        self.calibrated.append(f"{key} ({level} re-measured after a step beat it)")
+        return self._roofs(entry, key, cls)
+
+    def _save(self, key: str, entry: dict[str, Any], fingerprint: dict[str, Any]) -> None:
+        entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entry["torch"] = fingerprint.get("torch")
+        self.store.store(key, entry)
+
+    @staticmethod
+    def _roofs(entry: dict[str, Any], key: str, cls: str) -> Roofs:
+        cache = entry.get("cache") or {}
         return Roofs(
             peak_flops=float(entry["compute"][cls]["peak_flops"]),
-            peak_bandwidth=float(entry["bandwidth"]["peak_bandwidth"]),
+            bandwidth=float(entry["dram"]["bandwidth"]),
             dtype_class=cls,
-            cache_key=key,
+            key=key,
+            cache_bandwidth=float(cache["bandwidth"]) if cache.get("bandwidth") else None,
+            cache_bytes=float(cache["cache_bytes"]) if cache.get("cache_bytes") else None,
+            cache_name=str(cache.get("cache_name") or "LLC"),
         )

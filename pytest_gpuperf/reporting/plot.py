@@ -9,11 +9,16 @@ first found wins:
   core's info metrics from ``measure(flops=, bytes_moved=)``);
 * achieved FLOP/s: ``<step>.flop_rate``, else ``flops / seconds`` from the extras, else
   intensity x ``<step>.bandwidth``;
-* roofs: ``peak_flops`` / ``peak_bandwidth`` in the extras (the profiling feature's
-  roofline verdict carries them), else the profiling feature's roof cache
-  ``.gpuperf/roofs.json``; without either the points are drawn without roofs.
+* roofs: ``peak_flops``, ``dram_bandwidth`` (else ``peak_bandwidth``) and the cache's
+  ``cache_bandwidth`` in the extras (the roofline verdict carries them), else the roofs in
+  pytest's cache (``.pytest_cache/v/gpuperf/roofs/``); without either the points are drawn
+  without roofs.
 
-Regressed steps are red crosses, improved ones green, the rest blue.
+The DRAM roof is solid, the last-level cache's roof dashed. Regressed steps are red
+crosses, improved ones green, the rest blue. Every point gets a number next to it and a
+line in the list beside the plot (name, bound class, host-bound included), so labels never
+overlap however crowded the plot; a point whose share of the roof is over 100% is marked
+and listed as a counting error, never as a measurement.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class RooflinePoint:
     flop_rate: float
     status: str
     bound: str | None = None
+    flag: str = ""
 
     @property
     def label(self) -> str:
@@ -56,14 +62,23 @@ class DeviceRoofs:
 
     compute: dict[str, float] = field(default_factory=dict)
     bandwidth: float | None = None
+    cache_bandwidth: float | None = None
+    cache_name: str = "cache"
 
     def add(self, extra: dict[str, Any]) -> None:
-        """Take ``peak_flops`` / ``peak_bandwidth`` (and ``dtype_class``) from a metric's extras."""
-        if isinstance(extra.get("peak_flops"), (int, float)) and extra["peak_flops"] > 0:
+        """Take the compute, DRAM and cache roofs (and ``dtype_class``) from a metric's extras."""
+        if _number(extra.get("peak_flops")):
             cls = str(extra.get("dtype_class") or extra.get("dtype") or "compute")
             self.compute[cls] = max(self.compute.get(cls, 0.0), float(extra["peak_flops"]))
-        if isinstance(extra.get("peak_bandwidth"), (int, float)) and extra["peak_bandwidth"] > 0:
-            self.bandwidth = max(self.bandwidth or 0.0, float(extra["peak_bandwidth"]))
+        dram = _number(extra.get("dram_bandwidth"))
+        if dram is None and extra.get("roof_level", "DRAM") == "DRAM":
+            dram = _number(extra.get("peak_bandwidth"))
+        if dram:
+            self.bandwidth = max(self.bandwidth or 0.0, dram)
+        cache = _number(extra.get("cache_bandwidth"))
+        if cache:
+            self.cache_bandwidth = max(self.cache_bandwidth or 0.0, cache)
+            self.cache_name = str(extra.get("cache_name") or self.cache_name)
 
 
 def _number(value: Any) -> float | None:
@@ -110,22 +125,31 @@ def step_points(record: TestRecord, roofs: DeviceRoofs, unplaced: list[str] | No
             continue
         status = worst_status(v["status"] for v in metrics.values())
         bound = metrics.get("bound", {}).get("value")
-        points.append(RooflinePoint(record.nodeid, step, intensity, flop_rate, status, bound))
+        flag = "counting error" if extras.get("over_roof") is True else ""
+        points.append(RooflinePoint(record.nodeid, step, intensity, flop_rate, status, bound, flag))
     return points
 
 
 def cached_roofs(root: Path, fingerprint: dict[str, Any], roofs: DeviceRoofs) -> None:
-    """Add the profiling feature's cached measured roofs for ``fingerprint`` (``.gpuperf/roofs.json``)."""
+    """Add the measured roofs for ``fingerprint`` from pytest's cache under ``root`` (``.pytest_cache``)."""
+    import json
+
+    from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, cache_key
+
+    path = root / ".pytest_cache" / "v" / (CACHE_PREFIX + cache_key(fingerprint))
     try:
-        from pytest_gpuperf.profiling.roofs import CACHE_NAME, RoofCache, cache_key
-    except ImportError:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return
-    entry = RoofCache(root / CACHE_NAME).load().get(cache_key(fingerprint))
     if not isinstance(entry, dict):
         return
-    bandwidth = (entry.get("bandwidth") or {}).get("peak_bandwidth")
-    if roofs.bandwidth is None and _number(bandwidth):
-        roofs.bandwidth = float(bandwidth)
+    bandwidth = _number((entry.get("dram") or {}).get("bandwidth"))
+    if roofs.bandwidth is None and bandwidth:
+        roofs.bandwidth = bandwidth
+    cache = entry.get("cache") or {}
+    if roofs.cache_bandwidth is None and _number(cache.get("bandwidth")):
+        roofs.cache_bandwidth = float(cache["bandwidth"])
+        roofs.cache_name = str(cache.get("cache_name") or roofs.cache_name)
     for cls, measured in (entry.get("compute") or {}).items():
         peak = _number((measured or {}).get("peak_flops"))
         if peak and cls not in roofs.compute:
@@ -164,80 +188,99 @@ def _slope_label(ax: Any, x: float, bandwidth: float, text: str) -> None:
     )
 
 
-#: Where a point's label may go, in points from the marker: right/left, above/below, then further out.
+#: Where a point's number may go, in points from the marker: right/left, above/below, then further out.
 _LABEL_SPOTS = [
     (dx * side, dy, "left" if side > 0 else "right", "bottom" if dy > 0 else "top")
-    for dx, dy in ((9, 6), (9, -6), (9, 22), (9, -22), (9, 40), (9, -40))
+    for dx, dy in ((7, 4), (7, -4), (7, 16), (7, -16), (7, 28), (7, -28), (18, 0))
     for side in (1, -1)
 ]
 
 
-#: More points than this: only regressions, changed bounds and improvements get a label (the rest stay unlabelled).
-MAX_LABELS = 30
+def numbered(points: list[RooflinePoint]) -> list[tuple[int, RooflinePoint]]:
+    """The points numbered 1..N: regressions and changed bounds first, then by intensity."""
+    ordered = sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity, p.label))
+    return list(enumerate(ordered, start=1))
 
 
-def labelled_points(points: list[RooflinePoint]) -> list[RooflinePoint]:
-    """The points that get a text label, regressions first; all of them when there are few."""
-    ordered = sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity))
-    if len(ordered) <= MAX_LABELS:
-        return ordered
-    return [p for p in ordered if p.status in ("regression", "changed", "improvement")][:MAX_LABELS]
+#: Longest step name in the list beside the plot.
+LABEL_WIDTH = 36
 
 
-def _annotate(
-    ax: Any, point: RooflinePoint, text: str, spot: tuple[float, float, str, str], bad: bool, **style: Any
-) -> Any:
-    """Write ``text`` next to ``point`` at the offset and alignment of ``spot``; red when ``bad``."""
-    dx, dy, ha, va = spot
-    return ax.annotate(
-        text,
-        (point.intensity, point.flop_rate),
-        xytext=(dx, dy),
-        textcoords="offset points",
-        ha=ha,
-        va=va,
-        fontsize=8.5,
-        color="#b00000" if bad else "#222222",
-        **style,
-    )
+def legend_lines(points: list[RooflinePoint]) -> list[str]:
+    """One line per numbered point: its name, bound class and any counting-error flag."""
+    lines = []
+    for number, point in numbered(points):
+        label = point.label if len(point.label) <= LABEL_WIDTH else point.label[: LABEL_WIDTH - 3] + "..."
+        text = f"{number:>2}  {label}"
+        if point.bound:
+            text += f" - {point.bound}"
+        if point.flag:
+            text += f" - {point.flag} (over its roof)"
+        lines.append(text)
+    return lines
 
 
-def _label_points(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
-    """Label each point where its text overlaps no earlier label and stays inside the axes."""
-    renderer = fig.canvas.get_renderer()
-    frame = ax.get_window_extent(renderer)
+def _place_numbers(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
+    """Write each point's number beside it where it overlaps no marker or earlier number.
+
+    Points that land on the same spot on screen share one label (``3,4``), so a number
+    always has somewhere to go.
+    """
     from matplotlib.transforms import Bbox
 
-    placed: list[Any] = []
-    for point in points:  # markers are obstacles too
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    groups: list[tuple[tuple[float, float], list[int], RooflinePoint]] = []
+    for number, point in numbered(points):
         x, y = ax.transData.transform((point.intensity, point.flop_rate))
-        placed.append(Bbox.from_extents(x - 8, y - 8, x + 8, y + 8))
-    for point in labelled_points(points):
-        bad = point.status in ("regression", "changed")
-        text = point.label + (f"\n{point.bound}" if point.bound else "")
-        chosen = None
-        for spot in _LABEL_SPOTS:
-            note = _annotate(
-                ax,
-                point,
+        for (gx, gy), numbers, _ in groups:
+            if abs(gx - x) < 9 and abs(gy - y) < 9:
+                numbers.append(number)
+                break
+        else:
+            groups.append(((x, y), [number], point))
+    placed = [Bbox.from_extents(x - 7, y - 7, x + 7, y + 7) for (x, y), _, _ in groups]
+    for _, numbers, point in groups:
+        bad = point.status in ("regression", "changed") or bool(point.flag)
+        text = ",".join(str(n) for n in numbers)
+        for dx, dy, ha, va in _LABEL_SPOTS:
+            note = ax.annotate(
                 text,
-                spot,
-                bad,
-                fontweight="bold" if bad else "normal",
+                (point.intensity, point.flop_rate),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                ha=ha,
+                va=va,
+                fontsize=8.5,
+                fontweight="bold",
+                color="#b00000" if bad else "#222222",
                 zorder=6,
-                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.75},
-                arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6} if abs(spot[1]) > 6 else None,
             )
             box = note.get_window_extent(renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
             if inside and not any(box.overlaps(other) for other in placed):
-                chosen = box
+                placed.append(box)
                 break
-            note.remove()
-        if chosen is None:  # nowhere free: first spot anyway
-            note = _annotate(ax, point, text, _LABEL_SPOTS[0], bad)
-            chosen = note.get_window_extent(renderer)
-        placed.append(chosen)
+            note.remove()  # every spot taken: the list beside the plot still names the point
+
+
+def _draw_roofs(ax: Any, roofs: DeviceRoofs, grid: list[float], y_lo: float) -> None:
+    """The compute roofs under the DRAM slope (solid) and the cache's slope (dashed), with their ridges."""
+    palette = ["#444444", "#8c564b", "#9467bd", "#17becf"]
+    if roofs.bandwidth:
+        ax.plot(grid, [x * roofs.bandwidth for x in grid], color="#444444", lw=1, ls=":", alpha=0.6)
+    for i, (cls, peak) in enumerate(sorted(roofs.compute.items(), key=lambda kv: -kv[1])):
+        color = palette[i % len(palette)]
+        roof = [min(peak, x * roofs.bandwidth) if roofs.bandwidth else peak for x in grid]
+        ax.plot(grid, roof, color=color, lw=2.2, label=f"measured roof {cls}: {_si(peak, 'FLOP/s')}")
+        if roofs.cache_bandwidth:
+            cached = [min(peak, x * roofs.cache_bandwidth) for x in grid]
+            label = f"{roofs.cache_name} roof: {_si(roofs.cache_bandwidth, 'B/s')}" if i == 0 else None
+            ax.plot(grid, cached, color=color, lw=1.3, ls="--", alpha=0.8, label=label)
+        if roofs.bandwidth:
+            ridge = peak / roofs.bandwidth
+            ax.axvline(ridge, color=color, lw=0.8, ls="--", alpha=0.5)
+            ax.text(ridge * 1.08, y_lo * 1.6, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color=color, rotation=90)
 
 
 def draw_roofline(
@@ -262,21 +305,13 @@ def draw_roofline(
     ys = [p.flop_rate for p in points] + list(roofs.compute.values())
     x_lo, x_hi = min(xs) / 8, max(xs) * 8
     y_lo, y_hi = min(ys) / 8, max(ys) * 3
-    fig, ax = plt.subplots(figsize=(11, 7), dpi=110)
+    listing = legend_lines(points)
+    fig = plt.figure(figsize=(14, max(7.5, 1.6 + 0.15 * len(listing))), dpi=110)
+    ax = fig.add_axes((0.07, 0.1 if unplaced else 0.08, 0.6, 0.8))
     ax.set_xscale("log")
     ax.set_yscale("log")
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
-    palette = ["#444444", "#8c564b", "#9467bd", "#17becf"]
-    if roofs.bandwidth:
-        ax.plot(grid, [x * roofs.bandwidth for x in grid], color="#444444", lw=1, ls=":", alpha=0.6)
-    for i, (cls, peak) in enumerate(sorted(roofs.compute.items(), key=lambda kv: -kv[1])):
-        color = palette[i % len(palette)]
-        roof = [min(peak, x * roofs.bandwidth) if roofs.bandwidth else peak for x in grid]
-        ax.plot(grid, roof, color=color, lw=2.2, label=f"measured roof {cls}: {_si(peak, 'FLOP/s')}")
-        if roofs.bandwidth:
-            ridge = peak / roofs.bandwidth
-            ax.axvline(ridge, color=color, lw=0.8, ls="--", alpha=0.5)
-            ax.text(ridge * 1.08, y_lo * 1.6, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color=color, rotation=90)
+    _draw_roofs(ax, roofs, grid, y_lo)
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, y_hi)
     seen_labels: set[str] = set()
@@ -290,8 +325,8 @@ def draw_roofline(
             c=style["color"],
             marker=style["marker"],
             s=style["s"],
-            edgecolors="black",
-            linewidths=0.6,
+            edgecolors="#b00000" if point.flag else "black",
+            linewidths=2.0 if point.flag else 0.6,
             zorder=5,
             label=label,
         )
@@ -301,12 +336,14 @@ def draw_roofline(
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.08)
     ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    fig.text(0.69, 0.9, "steps (number on the plot)", fontsize=10, fontweight="bold", va="top")
+    fig.text(0.69, 0.86, "\n".join(listing), fontsize=8.5, va="top", family="monospace")
     if unplaced:
         fig.text(0.01, 0.005, "not on the plot: " + "; ".join(unplaced), fontsize=8, color="#555555", wrap=True)
-    fig.tight_layout(rect=(0, 0.03 if unplaced else 0, 1, 1))
-    _label_points(fig, ax, points)
+    fig.canvas.draw()
+    _place_numbers(fig, ax, points)
     if roofs.bandwidth:  # after the layout: the label's angle follows the slope on screen
-        _slope_label(ax, x_lo * 1.6, roofs.bandwidth, f"memory roof {_si(roofs.bandwidth, 'B/s')}")
+        _slope_label(ax, x_lo * 1.6, roofs.bandwidth, f"DRAM roof {_si(roofs.bandwidth, 'B/s')}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

@@ -9,8 +9,8 @@ def adapter_lines() -> list[str]:
         import wgpu  # noqa: F401
     except ImportError as exc:
         return [f"wgpu is not importable ({exc}); pip install 'pytest-gpuperf[vulkan]'"]
-    from pytest_gpuperf.vulkan.adapters import native_adapters, other_adapters
-    from pytest_gpuperf.vulkan.probe import find_physical_device
+    from pytest_gpuperf.backends.vulkan.adapters import native_adapters, other_adapters
+    from pytest_gpuperf.backends.vulkan.probe import find_physical_device
 
     lines = []
     for info, _ in native_adapters():

@@ -3,8 +3,8 @@
 * ``--gpuperf-vulkan-device INDEX|NAME|TYPE`` (ini ``gpuperf_vulkan_device``) picks the adapter;
   a value that matches none is a usage error listing the adapters wgpu found.
 * ``--gpuperf-vulkan-adapters`` prints every adapter with its fingerprint fields and exits.
-* Under ``--gpuperf`` the roofline extension adds ``<name>.bound`` / ``<name>.roof_fraction``
-  to vulkan measurements that give ``flops`` and ``bytes_moved``.
+* Bound verdicts of vulkan steps come from the profiling feature's roofline, like every
+  backend's (the Vulkan backend measures its own roofs: ``VulkanBackend.measure_roof``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 VULKAN_OPTIONS: list[tuple[Any, ...]] = [
@@ -35,15 +34,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``--gpuperf-vulkan-device``; add the roofline extension to an active session."""
+    """Apply ``--gpuperf-vulkan-device``."""
     spec = str(get_option(config, "--gpuperf-vulkan-device") or "").strip()
     if spec:
         _select_device(spec)
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None:
-        from pytest_gpuperf.vulkan.roofline import VulkanRooflineExtension
-
-        session.extensions.append(VulkanRooflineExtension())
 
 
 def _select_device(spec: str) -> None:
@@ -57,7 +51,7 @@ def _select_device(spec: str) -> None:
         raise pytest.UsageError(
             f"--gpuperf-vulkan-device {spec}: wgpu is not installed; pip install 'pytest-gpuperf[vulkan]'"
         ) from None
-    from pytest_gpuperf.vulkan.adapters import AdapterSelectionError
+    from pytest_gpuperf.backends.vulkan.adapters import AdapterSelectionError
 
     try:
         get_backend("vulkan").select(spec)  # type: ignore[attr-defined]
@@ -81,7 +75,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``--gpuperf-vulkan-adapters``: print the adapters and their fingerprint fields, then exit."""
     if not get_option(config, "--gpuperf-vulkan-adapters"):
         return None
-    from pytest_gpuperf.vulkan.listing import adapter_lines
+    from pytest_gpuperf.backends.vulkan.listing import adapter_lines
 
     for line in adapter_lines():
         print(line)

@@ -1,4 +1,7 @@
-"""Bound classes and the Speed-of-Light rules that turn ncu's percentages into one of them.
+"""Nsight Compute's Speed-of-Light rules: ncu's SM / memory / DRAM percentages -> a bound class.
+
+The classes are the roofline's (:mod:`pytest_gpuperf.profiling.roofline`); ncu never says host-bound
+(it replays each kernel alone, so the gaps between kernels are invisible to it).
 
 Rules, applied to a kernel's (or a step's duration-weighted) Speed-of-Light numbers:
 
@@ -19,13 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_gpuperf.profiling.roofline import COMPUTE_BOUND, LATENCY_BOUND, MEMORY_BOUND
+
 if TYPE_CHECKING:
     from pytest_gpuperf.profiling.ncu_parse import KernelRecord
-
-MEMORY_BOUND = "memory-bound"
-COMPUTE_BOUND = "compute-bound"
-LATENCY_BOUND = "latency-bound"
-BOUNDS = (MEMORY_BOUND, COMPUTE_BOUND, LATENCY_BOUND)
 
 #: ncu: both compute and memory below this percentage of peak -> latency issues.
 NCU_LATENCY_PCT = 60.0
@@ -35,16 +35,6 @@ SEED_MEMORY_DRAM_ABOVE = 75.0
 #: The seed's table: compute-bound kernels show SM above / HBM below these.
 SEED_COMPUTE_SM_ABOVE = 75.0
 SEED_COMPUTE_DRAM_BELOW = 50.0
-
-
-def normalize_bound(value: object, where: str = "@pytest.mark.gpuperf(bound=...)") -> str:
-    """``"compute"`` / ``"compute-bound"`` / ``"Compute_Bound"`` -> ``"compute-bound"``; ValueError otherwise."""
-    text = str(value).strip().lower().replace("_", "-").replace(" ", "-")
-    if not text.endswith("-bound"):
-        text += "-bound"
-    if text not in BOUNDS:
-        raise ValueError(f"{where}: bound={value!r} is not one of 'memory', 'compute', 'latency'")
-    return text
 
 
 @dataclass(frozen=True)

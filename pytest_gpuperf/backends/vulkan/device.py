@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_gpuperf.vulkan.adapters import AdapterInfo
+from pytest_gpuperf.backends.vulkan.adapters import AdapterInfo
 
 _NS = 1e-9
 

@@ -1,7 +1,7 @@
 """WGSL compute kernels: saxpy (bandwidth), tiled matmul (compute) and an FMA chain (peak compute).
 
-Every builder takes :class:`~pytest_gpuperf.vulkan.device.Buffer` objects and returns a
-:class:`~pytest_gpuperf.vulkan.device.Kernel`; calling the kernel records one dispatch.
+Every builder takes :class:`~pytest_gpuperf.backends.vulkan.device.Buffer` objects and returns a
+:class:`~pytest_gpuperf.backends.vulkan.device.Kernel`; calling the kernel records one dispatch.
 Grids larger than 65535 workgroups in x are folded into y (WebGPU's per-dimension limit).
 """
 
@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.vulkan.device import Buffer, Kernel, VulkanDevice
+    from pytest_gpuperf.backends.vulkan.device import Buffer, Kernel, VulkanDevice
 
 MAX_GROUPS_PER_DIM = 65535
 LINEAR_WORKGROUP = 256

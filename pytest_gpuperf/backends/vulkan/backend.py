@@ -1,7 +1,7 @@
 """The Vulkan backend, through ``wgpu`` (which reaches Metal on macOS with the same code).
 
 Vulkan is not a torch device: ``gpuperf.device`` is a
-:class:`~pytest_gpuperf.vulkan.device.VulkanDevice` whose buffers and WGSL kernels the
+:class:`~pytest_gpuperf.backends.vulkan.device.VulkanDevice` whose buffers and WGSL kernels the
 test uses. Timing brackets the dispatches a step records with GPU timestamp queries;
 on an adapter without ``timestamp-query`` it falls back to
 ``queue.on_submitted_work_done`` + the host clock, and the fingerprint and memory
@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_gpuperf.backends.base import Availability, Backend
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.vulkan.adapters import AdapterInfo
-    from pytest_gpuperf.vulkan.device import VulkanDevice
-    from pytest_gpuperf.vulkan.roofline import Roofs
+    from pytest_gpuperf.backends.vulkan.adapters import AdapterInfo
+    from pytest_gpuperf.backends.vulkan.device import VulkanDevice
 
 COOPERATIVE_MATRIX = "VK_KHR_cooperative_matrix"
 _INSTALL_HINT = (
@@ -38,12 +37,11 @@ class VulkanBackend(Backend):
         #: Set to True to time with synchronize + host clock even where timestamps exist (tests, debugging).
         self.force_host_timer = False
         self._device: VulkanDevice | None = None
-        self._roofs: Roofs | None = None
 
     # -- which adapter ------------------------------------------------------------
     def select(self, spec: str) -> AdapterInfo:
         """Choose the adapter (INDEX, NAME substring or TYPE); raises ``AdapterSelectionError`` listing them."""
-        from pytest_gpuperf.vulkan.adapters import native_adapters, select_adapter
+        from pytest_gpuperf.backends.vulkan.adapters import native_adapters, select_adapter
 
         info = select_adapter([i for i, _ in native_adapters()], spec)
         if spec != self.device_spec:
@@ -53,7 +51,7 @@ class VulkanBackend(Backend):
 
     def adapter(self) -> tuple[AdapterInfo, Any]:
         """The selected adapter's info and ``wgpu.GPUAdapter``."""
-        from pytest_gpuperf.vulkan.adapters import native_adapters, select_adapter
+        from pytest_gpuperf.backends.vulkan.adapters import native_adapters, select_adapter
 
         pairs = native_adapters()
         info = select_adapter([i for i, _ in pairs], self.device_spec)
@@ -64,7 +62,7 @@ class VulkanBackend(Backend):
             import wgpu  # noqa: F401
         except ImportError as exc:
             return Availability(False, f"wgpu is not importable ({exc}); {_INSTALL_HINT}")
-        from pytest_gpuperf.vulkan.adapters import AdapterSelectionError, native_adapters, other_adapters
+        from pytest_gpuperf.backends.vulkan.adapters import AdapterSelectionError, native_adapters, other_adapters
 
         try:
             pairs = native_adapters()
@@ -84,7 +82,7 @@ class VulkanBackend(Backend):
     def device(self) -> VulkanDevice:
         """The :class:`VulkanDevice` of the selected adapter (opened once, with timestamp-query when offered)."""
         if self._device is None:
-            from pytest_gpuperf.vulkan.device import VulkanDevice
+            from pytest_gpuperf.backends.vulkan.device import VulkanDevice
 
             info, adapter = self.adapter()
             timestamps = info.timestamp_query and not self.force_host_timer
@@ -99,11 +97,10 @@ class VulkanBackend(Backend):
         return self._device
 
     def close(self) -> None:
-        """Forget the open device and its roofs (a new selection opens a new one)."""
+        """Forget the open device (a new selection opens a new one)."""
         if self._device is not None:
             self._device.release_all()
         self._device = None
-        self._roofs = None
 
     def timer_description(self) -> str:
         """How :meth:`time_block` times: GPU timestamps or the host-clock fallback."""
@@ -122,7 +119,7 @@ class VulkanBackend(Backend):
         import wgpu
 
         from pytest_gpuperf.backends.torch_common import host_description
-        from pytest_gpuperf.vulkan.probe import find_physical_device
+        from pytest_gpuperf.backends.vulkan.probe import find_physical_device
 
         info, _ = self.adapter()
         physical = find_physical_device(info.name, info.vendor_id, info.device_id)
@@ -153,7 +150,7 @@ class VulkanBackend(Backend):
 
     def time_block(self, step: Callable[[], object], iters: int) -> float:
         """GPU time of the dispatches ``iters`` steps record (timestamp queries), or host time as fallback."""
-        from pytest_gpuperf.vulkan.device import NothingRecordedError, _nothing_recorded_message
+        from pytest_gpuperf.backends.vulkan.device import NothingRecordedError, _nothing_recorded_message
 
         device = self.device()
         if not device.timestamps:
@@ -188,7 +185,7 @@ class VulkanBackend(Backend):
         """A fixed saxpy on random data in untracked buffers, timed next to the step to cancel drift."""
         import numpy as np
 
-        from pytest_gpuperf.vulkan import kernels
+        from pytest_gpuperf.backends.vulkan import kernels
 
         device = self.device()
         n = device.pick(cpu=1 << 18, default=1 << 22)
@@ -204,18 +201,13 @@ class VulkanBackend(Backend):
             self._device.release_all()
 
     # -- roofs ----------------------------------------------------------------------
-    def roofs(self) -> Roofs:
-        """The device's measured bandwidth and compute roofs (measured once per selected device)."""
-        if self._roofs is None:
-            from pytest_gpuperf.vulkan.roofline import measure_roofs
+    def measure_roof(self, what: str, dtype_class: str) -> dict[str, Any] | None:
+        """One roof for :mod:`pytest_gpuperf.profiling.roofs`: ``compute`` (float32 FMA chains), ``dram`` (copy
+        and saxpy kernels); ``cache`` is not measured on Vulkan (None: steps are judged against DRAM)."""
+        from pytest_gpuperf.backends.vulkan.roofs import measure_bandwidth, measure_compute
 
-            self._roofs = measure_roofs(self.device())
-        return self._roofs
-
-    def peak_bandwidth(self) -> float:
-        """Measured bandwidth roof in bytes/s (vec4 copy kernel)."""
-        return self.roofs().bandwidth
-
-    def peak_compute(self) -> float:
-        """Measured float32 compute roof in FLOP/s (FMA-chain kernel)."""
-        return self.roofs().compute
+        if what == "compute":
+            return {"peak_flops": measure_compute(self.device()), "kernel": "fma_chain float32"}
+        if what == "dram":
+            return {"bandwidth": measure_bandwidth(self.device()), "kernel": "copy/saxpy vec4"}
+        return None

@@ -1,1 +1,0 @@
-"""pytest-gpuperf vulkan feature (being written)."""
