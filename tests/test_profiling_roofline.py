@@ -109,6 +109,12 @@ def test_a_device_idle_most_of_an_eager_step_is_host_bound_whatever_its_share() 
     assert classify(6 * 1024 * n * n, 3 * n * n * 2, 197e-6, ROOFS, device_busy=0.9).bound == COMPUTE_BOUND
     assert device_busy_share(object()) is None  # a timing loop without both times: no host verdict
 
+    class Replayed:  # the timing loop's shape: typical is the device time when eager_time is set
+        typical = 209e-6
+        eager_time = 398e-6
+
+    assert device_busy_share(Replayed()) == pytest.approx(209 / 398)
+
 
 def test_a_working_set_that_fits_in_cache_is_judged_against_the_cache_roof() -> None:
     roofs = Roofs(P, W, cache_bandwidth=3 * W, cache_bytes=50e6, cache_name="L2")

@@ -55,7 +55,7 @@ def count_for(context: MeasureContext) -> tuple[StepCount | None, str]:
         count.flops, count.flops_source = float(flops_hint), "flops= hint"
     if bytes_hint:
         count.bytes, count.bytes_source = float(bytes_hint), "bytes_moved= hint"
-        count.working_set = 0.0  # the hint's working set is unknown: judge it against DRAM
+        # the working set stays the counted one: which tensors the step touches does not depend on the hint
     return count, ""
 
 

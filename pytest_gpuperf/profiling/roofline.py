@@ -209,9 +209,13 @@ class Roofline:
 
 
 def device_busy_share(timing: Any) -> float | None:
-    """Device time over eager time of one step, when the timing loop measured both (None otherwise)."""
-    device = _first_number(timing, ("device_time", "device_seconds", "device_typical"))
-    eager = _first_number(timing, ("eager_time", "eager_seconds", "eager_typical"))
+    """Device time over eager time of one step, when the timing loop measured both (None otherwise).
+
+    The timing loop's ``eager_time`` is the eager per-step time, its judged ``typical`` the
+    device time (CUDA graph replay or CUPTI kernel sums) whenever ``eager_time`` is set.
+    """
+    eager = _first_number(timing, ("eager_time", "eager_seconds"))
+    device = _first_number(timing, ("device_time", "device_seconds", "typical"))
     if device is None or eager is None or eager <= 0:
         return None
     return min(1.0, device / eager)
