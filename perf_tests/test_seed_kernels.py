@@ -14,12 +14,12 @@ def _randn(*shape: int, device: torch.device, dtype: torch.dtype, seed: int = 0)
     return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
 
 
-# At the seed's batch of 1024 the step is short on an H200 and bound by autograd's host-side launches, not by the
-# GPU: over six sessions of the H200 machine (a VM whose host CPU speed varies) it took 227, 253, 338, 443, 481 and
-# 663 us per step, and its analytic class moved between compute- and latency-bound with it, while the GPU-bound
-# tests beside it stayed within 1%. On CUDA its throughput and bound are therefore recorded and shown, not gated;
-# its peak memory is gated (5%). On other backends every metric is gated.
-@pytest.mark.gpuperf(informational={"cuda": ("throughput", "bound")})
+# At the seed's batch of 1024 the step is short on an H200 and bound by autograd's host-side launches: events around
+# eager steps read 227-663 us over six sessions of the H200 machine (a VM whose host CPU speed varies). On CUDA the
+# judged time is the GPU's own (a CUDA-graph replay of the whole forward + backward: 167-170 us, 0.5% between fresh
+# processes), so its throughput is gated again at the default 5%; the eager time and host overhead are recorded
+# beside it. Its bound stays informational on CUDA (host-bound vs compute-bound moves with the host's speed).
+@pytest.mark.gpuperf(informational={"cuda": ("bound",)})
 def test_linear_fp16_forward_backward(gpuperf):
     """The seed's ``nn.Linear(4096, 4096)`` forward + backward at batch 1024 (fp16 on GPUs; fp32, 512 wide on CPU)."""
     dim = gpuperf.pick(cpu=512, default=4096)

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from pytest_gpuperf.contention import ContentionGuard
-from pytest_gpuperf.cupti import per_range_sums
+from pytest_gpuperf.cupti import per_range_sums, step_ranges_and_work
 from pytest_gpuperf.device_time import measure_device_time
 from pytest_gpuperf.measure import MeasureConfig, TimingResult
 from pytest_gpuperf.nvml import ClockReading, ClockWatch, Nvml, reason_names
@@ -167,3 +167,21 @@ def test_kernels_are_attributed_to_the_step_range_their_start_falls_in():
     ranges = [(0, 1000), (1000, 2000)]
     activities = [(10, 100), (500, 50), (1200, 300), (2500, 999), (999, 7)]  # one outside every range
     assert per_range_sums(ranges, activities) == pytest.approx([157e-9, 300e-9])
+
+
+def test_only_gpu_work_counts_not_the_gpu_spans_of_annotations():
+    # torch.optim's own record_function ranges show on the GPU timeline spanning their kernels: counting them
+    # doubled an AdamW step on the H200 (979 us of "kernels" for a 496 us eager step).
+    events = [
+        ("gpuperf_step_0", "CPU", "user_annotation", 0, 1000),
+        ("gpuperf_step_0", "CUDA", "gpu_user_annotation", 100, 800),
+        ("Optimizer.step#AdamW.step", "CUDA", "gpu_user_annotation", 100, 800),
+        ("multi_tensor_apply_kernel", "CUDA", "kernel", 100, 300),
+        ("Memset (Device)", "CUDA", "gpu_memset", 450, 50),
+        ("cudaLaunchKernel", "CPU", "cuda_runtime", 20, 5),
+        ("gpuperf_step_1", "CPU", "user_annotation", 1000, 1000),
+        ("Memcpy HtoD", "CUDA", "gpu_memcpy", 1100, 200),
+    ]
+    ranges, work = step_ranges_and_work(events)
+    assert ranges == {0: (0, 1000), 1: (1000, 2000)}
+    assert per_range_sums([ranges[0], ranges[1]], work) == pytest.approx([350e-9, 200e-9])
