@@ -4,10 +4,10 @@
 source gpu/setup.sh
 mkdir -p $OUT/timing
 nvidia-smi --query-gpu=name,clocks.sm,clocks_event_reasons.active --format=csv 2>&1 | tee $OUT/timing/nvidia-smi.txt
-timeout 150 python3 gpu/timing_check.py 2>&1 | grep -v USDT | tee $OUT/timing/check.txt
-timeout 120 python3 -m pytest tests/test_measure_cuda.py tests/test_device_time.py -q -p no:cacheprovider 2>&1 | grep -v USDT | tail -15 | tee $OUT/timing/tests.txt
+timeout 100 python3 gpu/timing_check.py 2>&1 | grep -v USDT | tee $OUT/timing/check.txt
+timeout 80 python3 -m pytest tests/test_measure_cuda.py tests/test_device_time.py -q -p no:cacheprovider 2>&1 | grep -v USDT | tail -15 | tee $OUT/timing/tests.txt
 for mode in --gpuperf-update ""; do
-  timeout 60 python3 -m pytest perf_tests/test_seed_kernels.py::test_linear_fp16_forward_backward -q -p no:cacheprovider \
+  timeout 40 python3 -m pytest perf_tests/test_seed_kernels.py::test_linear_fp16_forward_backward -q -p no:cacheprovider \
     --gpuperf $mode --gpuperf-backend cuda --gpuperf-baselines /tmp/timing-baselines -v 2>&1 | grep -v USDT | tail -20 | tee -a $OUT/timing/seed.txt
 done
 cp /tmp/timing-baselines/*.yaml $OUT/timing/ 2>/dev/null
