@@ -29,6 +29,7 @@ pytest_plugins = [
     "pytest_gpuperf.profiling.plugin",
     "pytest_gpuperf.reporting.plugin",
     "pytest_gpuperf.backends.vulkan.plugin",
+    "pytest_gpuperf.ab.plugin",  # last: its pytest_pyfunc_call must run before the distributed one
 ]
 SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
 

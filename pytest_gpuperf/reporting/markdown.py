@@ -120,9 +120,15 @@ def artifact_links(artifacts: Mapping[str, Any], env: Mapping[str, str] | None =
 
 
 def render_markdown(
-    document: Mapping[str, Any], records: list[TestRecord], env: Mapping[str, str] | None = None
+    document: Mapping[str, Any],
+    records: list[TestRecord],
+    env: Mapping[str, str] | None = None,
+    blocks: list[str] | None = None,
 ) -> str:
-    """The PR summary for a JSON report ``document`` (see :mod:`.json_report`) and its records."""
+    """The PR summary for a JSON report ``document`` (see :mod:`.json_report`) and its records.
+
+    ``blocks``: Markdown sections of feature plugins (the A/B comparison), placed after the headline.
+    """
     gp = document["gpuperf"]
     counts = gp["summary"]
     parts = [
@@ -130,6 +136,7 @@ def render_markdown(
     ] or ["nothing judged"]
     verdict = ":red_circle:" if counts.get("regression") or counts.get("changed") else ":green_circle:"
     lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({counts['tests']} perf tests)", ""]
+    lines += [line for block in blocks or [] for line in (block.rstrip(), "")]
     if gp.get("mode") == "update":
         lines += ["Baselines were **recorded** in this run (`--gpuperf-update`); review the `baselines/` diff.", ""]
     lines += ["**Devices**", "", *_fingerprint_lines(gp["devices"]), ""]

@@ -144,6 +144,9 @@ class ReportCollector:
         self.lines: list[str] = []
         self.baseline_ref: dict[str, Any] | None = None
         self._env_set: str | None = None
+        #: Feature plugins add sections: ``extras`` under the JSON's ``gpuperf`` key, Markdown blocks after the headline.
+        self.extras: dict[str, Any] = {}
+        self.markdown_blocks: list[str] = []
 
     def share_gpus(self, workers: int) -> None:
         """Tell the workers (through the environment they inherit) which GPUs to take, one each."""
@@ -220,6 +223,7 @@ class ReportCollector:
             artifacts["junitxml"] = str(junit)
         update = bool(gp_session and gp_session.settings.update)
         document = build_report(records, root, self.baseline_ref, artifacts, update)
+        document["gpuperf"].update(self.extras)
         if json_path is not None:
             write_json(json_path, document)
             self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
@@ -230,7 +234,7 @@ class ReportCollector:
             return
         from pytest_gpuperf.reporting.markdown import render_markdown
 
-        text = render_markdown(document, records)
+        text = render_markdown(document, records, blocks=self.markdown_blocks)
         if md_path is not None:
             md_path.parent.mkdir(parents=True, exist_ok=True)
             md_path.write_text(text, encoding="utf-8")

@@ -1,0 +1,219 @@
+"""Three-outcome judgement of one metric from the per-process results of both sides.
+
+Each worker process reports one value per metric (the judged quantile of its samples). A
+whole process can be fast or slow on a shared machine, and noise only ever slows a process
+down, so each side is represented by its best process, and the evidence is trusted only when
+another process of the same side comes close to it (the *spread*, second best against best).
+With ``R`` the best-B/best-A ratio oriented so that > 1 is worse, ``u`` the larger of both
+sides' spreads and of the best processes' own quantile precision, and ``t`` the tolerance:
+
+* regression: ``R > (1 + t)(1 + u)`` and at least half of the paired ratios (A and B of the same
+  round pair) are past ``1 + t`` too;
+* passed: ``R (1 + u) < 1 + t``; an improvement when ``R (1 + u) < 1 / (1 + t/2)``;
+* otherwise undecided: more rounds, and inconclusive when none are left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpuperf.stats import STAT_QUANTILE, quantile_precision
+
+NUMERIC_KINDS = ("time", "throughput", "memory", "custom")
+#: A peak-memory change smaller than this is never a regression (allocator granularity on tiny tests).
+MEMORY_SLACK_BYTES = 64 * 1024
+#: Statuses ordered from the one a reviewer must see first.
+SEVERITY = ("regression", "changed", "inconclusive", "improvement", "unchanged", "new", "info")
+
+
+@dataclass
+class SideSample:
+    """One process's result for one metric."""
+
+    value: float | str
+    samples: list[float] = field(default_factory=list)
+    status: str = ""
+
+
+@dataclass
+class AbVerdict:
+    """The A/B judgement of one metric (``decided`` False: more rounds could still decide it)."""
+
+    metric: str
+    label: str
+    unit: str
+    better: str
+    kind: str
+    status: str
+    a_values: list[float | str]
+    b_values: list[float | str]
+    a: float | str | None = None
+    b: float | str | None = None
+    worse: float | None = None
+    pairs: list[float] = field(default_factory=list)  # B / A of each round pair's processes
+    tolerance: float | None = None
+    uncertainty: float | None = None
+    message: str = ""
+    decided: bool = True
+    judged: bool = True  # False: informational on B (recorded and shown, never failing)
+
+    @property
+    def ratio(self) -> float | None:
+        """B / A of the shown values (not oriented), None for categories."""
+        if isinstance(self.a, (int, float)) and isinstance(self.b, (int, float)) and self.a:
+            return float(self.b) / float(self.a)
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form for reports."""
+        return {
+            "metric": self.metric,
+            "label": self.label,
+            "unit": self.unit,
+            "better": self.better,
+            "kind": self.kind,
+            "status": self.status,
+            "a": self.a,
+            "b": self.b,
+            "a_values": list(self.a_values),
+            "b_values": list(self.b_values),
+            "ratio": self.ratio,
+            "pairs": list(self.pairs),
+            "tolerance": self.tolerance,
+            "uncertainty": self.uncertainty,
+            "message": self.message,
+        }
+
+
+def worst(statuses: list[str]) -> str:
+    """The most severe of ``statuses`` (``info`` for none)."""
+    for status in SEVERITY:
+        if status in statuses:
+            return status
+    return "info"
+
+
+def _cost(value: float, better: str) -> float:
+    return value if better == "lower" else (1.0 / value if value > 0 else math.inf)
+
+
+def _spread(costs: list[float]) -> float:
+    ordered = sorted(costs)
+    if len(ordered) < 2 or ordered[0] <= 0:
+        return math.inf
+    return ordered[1] / ordered[0] - 1.0
+
+
+def _precision(side: list[SideSample], better: str, best_index: int) -> float:
+    samples = side[best_index].samples
+    if len(samples) < 3:
+        return 0.0
+    return quantile_precision(samples, STAT_QUANTILE if better == "lower" else 1.0 - STAT_QUANTILE)
+
+
+def judge_numeric(
+    a_side: list[SideSample],
+    b_side: list[SideSample],
+    pairs: list[tuple[int, int]],
+    better: str,
+    tolerance: float,
+    kind: str,
+    final: bool,
+) -> tuple[str, float, float, list[float], str]:
+    """(status, worse ratio R, uncertainty u, paired ratios, message) for a numeric metric."""
+    a_costs = [_cost(float(s.value), better) for s in a_side]
+    b_costs = [_cost(float(s.value), better) for s in b_side]
+    best_a = min(range(len(a_costs)), key=a_costs.__getitem__)
+    best_b = min(range(len(b_costs)), key=b_costs.__getitem__)
+    worse = b_costs[best_b] / a_costs[best_a] if a_costs[best_a] > 0 else math.inf
+    paired = [b_costs[j] / a_costs[i] for i, j in pairs if a_costs[i] > 0]
+    if kind == "memory":
+        uncertainty = max(_spread(a_costs), _spread(b_costs)) if len(a_costs) > 1 and len(b_costs) > 1 else 0.0
+    else:
+        within = math.hypot(_precision(a_side, better, best_a), _precision(b_side, better, best_b))
+        uncertainty = max(_spread(a_costs), _spread(b_costs), within)
+    limit = 1.0 + tolerance
+    past = sum(1 for p in paired if p > limit)
+    slack = kind != "memory" or abs(float(b_side[best_b].value) - float(a_side[best_a].value)) > MEMORY_SLACK_BYTES
+    if worse > limit * (1.0 + uncertainty) and 2 * past >= len(paired) and slack:
+        return "regression", worse, uncertainty, paired, "B is worse than A past the tolerance and the noise"
+    if worse * (1.0 + uncertainty) < limit or not slack:
+        if worse * (1.0 + uncertainty) < 1.0 / (1.0 + tolerance / 2.0):
+            return "improvement", worse, uncertainty, paired, "B is better than A beyond the noise"
+        return "unchanged", worse, uncertainty, paired, "within tolerance"
+    status = "inconclusive" if final else "undecided"
+    if math.isinf(uncertainty):
+        why = "one process per side cannot show its spread"
+    elif uncertainty >= tolerance:
+        why = (
+            f"this test's spread between processes is {uncertainty:.0%} here; a {tolerance:.0%} tolerance cannot be "
+            "judged on this machine: raise the tolerance, run more processes (--gpuperf-ab-max-processes) or run "
+            "on a quieter runner"
+        )
+    else:
+        why = (
+            f"the change is within the noise of the tolerance (spread {uncertainty:.1%}); more processes "
+            "(--gpuperf-ab-max-processes) could decide it"
+        )
+    return status, worse, uncertainty, paired, why
+
+
+def _median(values: list[float | str]) -> float:
+    ordered = sorted(float(v) for v in values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def _most_common(values: list[float | str]) -> float | str:
+    return Counter(values).most_common(1)[0][0]
+
+
+def judge_metric(
+    name: str,
+    a_side: list[SideSample],
+    b_side: list[SideSample],
+    pairs: list[tuple[int, int]],
+    info: dict[str, Any],
+    final: bool,
+) -> AbVerdict:
+    """Judge one metric present on both sides; ``info`` is B's verdict dict (unit, better, kind, tolerance)."""
+    unit, better, kind = str(info.get("unit", "")), str(info.get("better", "lower")), str(info.get("kind", "custom"))
+    label = str(info.get("label", name))
+    tolerance = info.get("tolerance")
+    verdict = AbVerdict(name, label, unit, better, kind, "info", [s.value for s in a_side], [s.value for s in b_side])
+    verdict.tolerance = float(tolerance) if isinstance(tolerance, (int, float)) else None
+    stored = [s.status for s in b_side]
+    informational = all(s == "info" for s in stored)
+    verdict.judged = not informational
+    numeric = all(isinstance(s.value, (int, float)) for s in [*a_side, *b_side])
+    if kind in NUMERIC_KINDS and numeric and better in ("lower", "higher") and verdict.tolerance is not None:
+        status, worse, uncertainty, paired, message = judge_numeric(
+            a_side, b_side, pairs, better, verdict.tolerance, kind, final
+        )
+        pick = min if better == "lower" else max
+        verdict.a, verdict.b = pick(float(s.value) for s in a_side), pick(float(s.value) for s in b_side)
+        verdict.worse, verdict.uncertainty = worse, uncertainty
+        verdict.pairs = [p if better == "lower" else 1.0 / p for p in paired if p > 0]  # B / A, like ``ratio``
+        verdict.status, verdict.message = ("info", message) if informational else (status, message)
+        verdict.decided = status != "undecided"
+    elif numeric:
+        verdict.a, verdict.b = _median(verdict.a_values), _median(verdict.b_values)
+        verdict.message = "recorded, not judged (median of the processes)"
+    else:
+        verdict.a, verdict.b = _most_common(verdict.a_values), _most_common(verdict.b_values)
+        verdict.message = "same on both sides" if verdict.a == verdict.b else f"A {verdict.a}, B {verdict.b}"
+        if len(set(stored)) == 1 and stored[0] in ("unchanged", "changed"):
+            verdict.status = stored[0]  # judged against the stored baseline in the B processes
+    if kind != "time" and kind != "throughput" and not informational:
+        # Stored baselines keep gating memory, categories (the bound) and custom metrics: B's own verdicts.
+        gating = [s for s in stored if s in ("regression", "changed")]
+        if gating and len(gating) == len(stored):
+            verdict.status = worst([verdict.status, gating[0]])
+            verdict.message += f"; against the stored baseline: {gating[0]}"
+        elif gating:
+            verdict.status = worst([verdict.status, "inconclusive"])
+            verdict.message += f"; against the stored baseline {len(gating)} of {len(stored)} B processes disagree"
+    return verdict

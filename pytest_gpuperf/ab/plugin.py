@@ -1,0 +1,132 @@
+"""pytest hooks of the A/B feature (``--gpuperf-ab REF``); imported at start-up, so nothing heavy here.
+
+The controller checks REF out into a temporary worktree at configure time, runs every perf
+test's A and B workers before the test loop (on a pytest-xdist worker: per test, on that
+worker's GPU), and then, instead of running a perf test's body itself, turns the workers'
+evidence into the test's verdicts (:mod:`.verdicts`), so the terminal, Markdown, JSON and
+JUnit reports show them like any other verdict, plus an A/B section of their own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.settings import add_options, get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.ab.state import AbState
+
+AB_OPTIONS: list[tuple[str, str, Any, str]] = [
+    (
+        "--gpuperf-ab",
+        "str",
+        "",
+        "A/B against a git ref (REF, e.g. origin/main): measure REF's code and the working tree's in alternating "
+        "worker processes on this machine and judge B against A instead of a stored baseline",
+    ),
+    ("--gpuperf-ab-processes", "int", 2, "A/B: worker processes per side for every test (at least 2)"),
+    ("--gpuperf-ab-max-processes", "int", 4, "A/B: worker processes per side at most, for tests still undecided"),
+    ("--gpuperf-ab-max-time", "float", 0.5, "A/B: measuring budget per measure() call in a worker, in seconds"),
+    ("--gpuperf-ab-timeout", "float", 1800.0, "A/B: seconds one worker process may run before it is killed"),
+]
+STATE_KEY = pytest.StashKey["AbState"]()
+ENV_WORKTREE = "GPUPERF_AB_WORKTREE"
+ENV_SHA = "GPUPERF_AB_SHA"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the A/B flags and their ini twins."""
+    add_options(parser, AB_OPTIONS)
+
+
+def _state(config: pytest.Config) -> AbState | None:
+    return config.stash.get(STATE_KEY, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--gpuperf-ab REF``: validate, resolve REF and check it out (once, shared with xdist workers)."""
+    ref = get_option(config, "--gpuperf-ab")
+    if not ref:
+        return
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        raise pytest.UsageError(
+            "--gpuperf-ab REF measures perf tests: add --gpuperf (pytest --gpuperf --gpuperf-ab REF)"
+        )
+    from pytest_gpuperf.ab.gitref import AbRefError
+    from pytest_gpuperf.ab.state import AbState
+
+    try:
+        state = AbState.start(config, session, ref)
+    except AbRefError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STATE_KEY] = state
+    config.pluginmanager.register(state, "gpuperf-ab")  # collects A/B results from reports (and xdist's)
+    if state.worktree.owned:
+        os.environ[ENV_WORKTREE], os.environ[ENV_SHA] = str(state.worktree.path), state.worktree.sha
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the worktree (the process that created it) and the variables handed to xdist workers."""
+    state = _state(config)
+    if state is None:
+        return
+    if state.worktree.owned:
+        os.environ.pop(ENV_WORKTREE, None)
+        os.environ.pop(ENV_SHA, None)
+    state.worktree.remove()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, None, None]:
+    """Before the tests run (not on the xdist controller, which runs none): all A/B rounds at once."""
+    state = _state(session.config)
+    if state is not None and not state.is_xdist_worker and not state.is_xdist_controller:
+        if not session.config.option.collectonly:
+            state.run_items(session.items)
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A perf test's verdicts come from its A and B workers; its body does not run here."""
+    state = _state(pyfuncitem.config)
+    if state is None or not state.is_perf(pyfuncitem):
+        return None
+    if state.is_xdist_worker and pyfuncitem.nodeid not in state.handled:
+        state.run_items([pyfuncitem])  # both sides of this test on this worker's GPU
+    return state.apply(pyfuncitem)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """Attach the A/B evidence to the report; under ``--gpuperf-strict`` an inconclusive A/B verdict fails."""
+    outcome = yield
+    state = _state(item.config)
+    report: pytest.TestReport = outcome.get_result()
+    if state is not None and report.when == "call":
+        state.annotate(item, report)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Hand the A/B section to the reporting feature before it writes the JSON and Markdown."""
+    state = _state(session.config)
+    if state is not None and not state.is_xdist_worker:
+        state.publish(session.config.pluginmanager.get_plugin("gpuperf-reporting"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The A/B section: both sides' numbers per test, new and removed tests, cost, warnings."""
+    state = _state(config)
+    if state is not None and not state.is_xdist_worker:
+        from pytest_gpuperf.ab.report import terminal_lines
+
+        terminalreporter.write_sep("=", state.title)
+        for line, markup in terminal_lines(state.summary()):
+            terminalreporter.write_line(line, **markup)

@@ -1,0 +1,150 @@
+"""The A/B section of the terminal summary and of the Markdown PR summary (the JSON gets the summary dict)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuperf.units import format_change, format_value
+
+WORDS = {
+    "regression": "REGRESSION",
+    "changed": "CHANGED",
+    "inconclusive": "inconclusive",
+    "improvement": "improved",
+    "unchanged": "ok",
+    "new": "new",
+    "info": "-",
+}
+ICONS = {
+    "regression": ":red_circle:",
+    "changed": ":red_circle:",
+    "inconclusive": ":warning:",
+    "improvement": ":green_circle:",
+    "unchanged": ":heavy_check_mark:",
+    "new": ":white_circle:",
+}
+
+
+def _value(value: Any, unit: str) -> str:
+    return format_value(value, unit) if isinstance(value, (int, float, str)) else "-"
+
+
+def metric_row(metric: dict[str, Any]) -> list[str]:
+    """[metric, A, B, change, pairs, tolerance, verdict] of one A/B metric."""
+    unit = metric["unit"]
+    ratio = metric.get("ratio")
+    tolerance = metric.get("tolerance")
+    pairs = metric.get("pairs") or []
+    return [
+        metric["label"],
+        _value(metric.get("a"), unit),
+        _value(metric.get("b"), unit),
+        format_change(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else "",
+        ", ".join(f"{(p - 1) * 100:+.0f}%" for p in pairs if p > 0),
+        f"{tolerance:.0%}" if isinstance(tolerance, (int, float)) and metric["kind"] != "category" else "",
+        WORDS.get(metric["status"], metric["status"]),
+    ]
+
+
+HEADER = ["metric", "A (REF)", "B (tree)", "change", "paired B/A", "tol", "verdict"]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [HEADER, *rows]]
+
+
+def how_line(summary: dict[str, Any]) -> str:
+    """How the sides were measured."""
+    p = summary["processes"]
+    return (
+        f"A = {summary['ref']} ({summary['sha'][:12]}) in a temporary worktree, B = the working tree; alternating "
+        f"A B B A ..., {p['min']} to {p['max']} worker processes per side ({p['A']} A and {p['B']} B ran), "
+        f"{summary['max_time']:g} s budget per measure()"
+    )
+
+
+def cost_line(summary: dict[str, Any]) -> str:
+    """Worker seconds per test and side ('' when nothing ran here)."""
+    cost = summary.get("cost_per_test_s") or {}
+    if not cost or not (cost.get("A") or cost.get("B")):
+        return ""
+    return f"cost per test: A {cost['A']:.1f} s, B {cost['B']:.1f} s of worker wall time (start-up included)"
+
+
+def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]:
+    """Lines (with markup) of the terminal A/B section."""
+    lines: list[tuple[str, dict[str, bool]]] = [(how_line(summary), {})]
+    for warning in summary["warnings"]:
+        lines.append((f"WARNING: {warning}", {"yellow": True, "bold": True}))
+    for error in summary.get("worker_errors") or []:
+        lines.append((f"worker error: {error}", {"red": True}))
+    for nodeid, result in summary["tests"].items():
+        status = result["status"]
+        markup = {"red": True, "bold": True} if status in ("regression", "changed") else {}
+        if status == "inconclusive":
+            markup = {"yellow": True}
+        note = f"  ({result['note']})" if result.get("note") else ""
+        lines.append((f"{nodeid}  {WORDS.get(status, status)}{note}", markup))
+        if result["metrics"]:
+            lines += [("    " + row, {}) for row in _table([metric_row(m) for m in result["metrics"]])]
+        for metric in result["metrics"]:
+            if metric["status"] in ("inconclusive", "regression"):
+                lines.append((f"    {metric['label']}: {metric['message']}", markup))
+    if summary["new"]:
+        lines.append((f"new (only in the working tree): {', '.join(summary['new'])}", {}))
+    if summary["removed"]:
+        lines.append((f"removed (only in {summary['ref']}): {', '.join(summary['removed'])}", {}))
+    cost = cost_line(summary)
+    if cost:
+        lines.append((cost, {}))
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_lines(summary: dict[str, Any]) -> list[str]:
+    """The Markdown A/B section a reviewer reads on the PR."""
+    tests = summary["tests"]
+    counts: dict[str, int] = {}
+    for result in tests.values():
+        counts[result["status"]] = counts.get(result["status"], 0) + 1
+    head = ", ".join(f"{n} {WORDS.get(s, s)}" for s, n in sorted(counts.items())) or "no test on both sides"
+    lines = [f"### A/B against `{summary['ref']}` (`{summary['sha'][:12]}`): {head}", "", how_line(summary) + ".", ""]
+    for warning in summary["warnings"]:
+        lines += [f"> [!WARNING]\n> {warning}", ""]
+    rows = []
+    for nodeid, result in tests.items():
+        for metric in result["metrics"]:
+            if metric["status"] == "info" and metric["kind"] not in ("category",):
+                continue
+            label, a, b, change, pairs, tol, word = metric_row(metric)
+            icon = ICONS.get(metric["status"], "")
+            cells = [f"`{nodeid}`", label, a, b, change, pairs, tol, f"{icon} {word}".strip()]
+            rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if rows:
+        lines += [
+            f"| test | metric | A (`{summary['ref']}`) | B (this PR) | change | paired B/A | tolerance | verdict |",
+            "|---|---|--:|--:|--:|--:|--:|---|",
+            *rows,
+            "",
+        ]
+    notes = [
+        f"- `{nodeid}` {metric['label']}: {metric['message']}"
+        for nodeid, result in tests.items()
+        for metric in result["metrics"]
+        if metric["status"] in ("inconclusive", "regression", "changed")
+    ]
+    if notes:
+        lines += ["**Why**", "", *notes, ""]
+    if summary["new"]:
+        lines += ["New perf tests (only in this PR): " + ", ".join(f"`{n}`" for n in summary["new"]), ""]
+    if summary["removed"]:
+        removed = ", ".join(f"`{n}`" for n in summary["removed"])
+        lines += [f"Removed perf tests (only in `{summary['ref']}`): {removed}", ""]
+    cost = cost_line(summary)
+    if cost:
+        lines += [cost + ".", ""]
+    return lines

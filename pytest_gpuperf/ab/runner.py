@@ -1,0 +1,316 @@
+"""Worker processes of both sides, alternating A B B A ..., and the per-test evidence they return.
+
+Each round pair starts one worker of each side (pair 0: A then B, pair 1: B then A, ...), so
+both sides see the same machine state on average; one worker process runs every selected test
+of its side (``python -m pytest <scope> -p _gpuperf_ab_worker --gpuperf ...``) and writes its
+results as JSON (:mod:`.worker_plugin`). After ``min_processes`` pairs, only the tests that are
+still undecided get more pairs, up to ``max_processes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
+
+WORKER_MODULE = "_gpuperf_ab_worker"
+OUTPUT_TAIL = 3000
+
+
+@dataclass
+class Side:
+    """How to start a worker of one side: A (REF's worktree) or B (the working tree)."""
+
+    name: str
+    root: Path
+    cwd: Path
+    rootdir: Path
+    env: dict[str, str]
+    scope: list[str]
+
+
+@dataclass
+class WorkerRun:
+    """One worker process: its side, wall time and what it wrote (or why nothing came back)."""
+
+    side: str
+    pair: int
+    seconds: float
+    tests: int
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class TestEvidence:
+    """Everything the workers returned for one test, by round pair."""
+
+    __test__ = False
+
+    nodeid: str
+    a: list[dict[str, Any] | None] = field(default_factory=list)
+    b: list[dict[str, Any] | None] = field(default_factory=list)
+    verdicts: list[AbVerdict] = field(default_factory=list)
+
+    def errors(self, side: str) -> list[str]:
+        """Error texts of this test's processes on ``side``."""
+        entries = self.a if side == "A" else self.b
+        return [str(e["error"]) for e in entries if e and e.get("error")]
+
+    def last_payload(self, side: str) -> dict[str, Any] | None:
+        """The latest ``report.gpuperf`` payload of ``side``."""
+        entries = self.a if side == "A" else self.b
+        payloads = [e["payload"] for e in entries if e and e.get("payload")]
+        return payloads[-1] if payloads else None
+
+    @property
+    def decided(self) -> bool:
+        """True when no metric needs more rounds."""
+        return all(v.decided for v in self.verdicts)
+
+
+def _metrics(entry: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    payload = (entry or {}).get("payload") or {}
+    return {str(v["metric"]): v for v in payload.get("verdicts", []) if "metric" in v}
+
+
+def _sample(verdict: dict[str, Any]) -> SideSample:
+    return SideSample(verdict.get("value"), list(verdict.get("sample_values") or []), str(verdict.get("status", "")))
+
+
+def judge_evidence(evidence: TestEvidence, final: bool) -> list[AbVerdict]:
+    """Judge every metric of one test from its pairs (pairs where both sides reported the metric)."""
+    a_metrics = [_metrics(e) for e in evidence.a]
+    b_metrics = [_metrics(e) for e in evidence.b]
+    names: list[str] = []
+    for metrics in [*b_metrics, *a_metrics]:
+        names += [n for n in metrics if n not in names]
+    verdicts = []
+    for name in names:
+        a_side = [_sample(m[name]) for m in a_metrics if name in m]
+        b_side = [_sample(m[name]) for m in b_metrics if name in m]
+        info = next((m[name] for m in reversed(b_metrics) if name in m), None) or next(
+            m[name] for m in a_metrics if name in m
+        )
+        if not a_side or not b_side:
+            only = "B (the working tree)" if b_side else "A (REF)"
+            side = b_side or a_side
+            verdict = AbVerdict(
+                name,
+                str(info.get("label", name)),
+                str(info.get("unit", "")),
+                str(info.get("better", "lower")),
+                str(info.get("kind", "custom")),
+                "info",
+                [s.value for s in a_side],
+                [s.value for s in b_side],
+                message=f"only measured on {only}",
+            )
+            verdict.b = side[-1].value if b_side else None
+            verdict.judged = any(s.status != "info" for s in side)
+            verdict.a = side[-1].value if a_side else None
+            verdicts.append(verdict)
+            continue
+        a_pos = {i: k for k, i in enumerate(i for i, m in enumerate(a_metrics) if name in m)}
+        b_pos = {i: k for k, i in enumerate(i for i, m in enumerate(b_metrics) if name in m)}
+        pairs = [(a_pos[i], b_pos[i]) for i in range(min(len(a_metrics), len(b_metrics))) if i in a_pos and i in b_pos]
+        verdicts.append(judge_metric(name, a_side, b_side, pairs, info, final))
+    return verdicts
+
+
+@dataclass
+class AbOutcome:
+    """The result of all rounds: evidence per test, new and removed tests, the worker runs."""
+
+    evidence: dict[str, TestEvidence] = field(default_factory=dict)
+    new: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    runs: list[WorkerRun] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+
+    def cost(self, side: str) -> float:
+        """Wall seconds of ``side``'s worker processes per test they ran (start-up included)."""
+        runs = [r for r in self.runs if r.side == side and r.tests]
+        tests = sum(r.tests for r in runs)
+        return sum(r.seconds for r in runs) / tests if tests else 0.0
+
+
+@dataclass
+class AbRunner:
+    """Starts the workers of both sides and collects their evidence."""
+
+    a: Side
+    b: Side
+    extra_args: list[str]
+    min_processes: int = 2
+    max_processes: int = 4
+    timeout: float = 3600.0
+    scratch: Path = field(default_factory=lambda: Path("."))
+
+    def worker_command(self, side: Side, scope: list[str]) -> list[str]:
+        """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``."""
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            *scope,
+            "-p",
+            WORKER_MODULE,
+            "--gpuperf",
+            "--rootdir",
+            str(side.rootdir),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *self.extra_args,
+        ]
+
+    def install_worker_plugin(self) -> Path:
+        """Copy the worker plugin next to the scratch files; its folder goes on both sides' PYTHONPATH."""
+        folder = self.scratch / "plugin"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(__file__).with_name("worker_plugin.py"), folder / f"{WORKER_MODULE}.py")
+        return folder
+
+    def start(self, side: Side, pair: int, selected: list[str]) -> WorkerRun:
+        """Run one worker of ``side`` on ``selected`` and read back its results."""
+        stem = self.scratch / f"{side.name}{pair}"
+        select, out = stem.with_suffix(".select.json"), stem.with_suffix(".out.json")
+        select.write_text(json.dumps(selected), encoding="utf-8")
+        out.unlink(missing_ok=True)
+        files = {n.split("::", 1)[0] for n in selected}
+        scope = side.scope if pair == 0 else [str(side.rootdir / f) for f in sorted(files)]
+        scope = [s for s in scope if Path(s.split("::", 1)[0]).exists()]
+        env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out)}
+        began = time.perf_counter()
+        run = WorkerRun(side.name, pair, 0.0, 0)
+        if not scope:
+            run.data = {"collected": [], "tests": {}}
+            return run
+        try:
+            proc = subprocess.run(
+                self.worker_command(side, scope),
+                cwd=side.cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+            output, code = proc.stdout or "", proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            output, code = str(exc.stdout or ""), -1
+            output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
+        run.seconds = time.perf_counter() - began
+        try:
+            run.data = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            run.error = f"{side.name} worker (exit {code}) wrote no results:\n{output[-OUTPUT_TAIL:]}"
+            run.data = {"collected": [], "tests": {}}
+        run.tests = sum(1 for t in run.data.get("tests", {}).values() if t.get("outcome") != "not run")
+        return run
+
+    def run(self, nodeids: list[str]) -> AbOutcome:
+        """All round pairs for ``nodeids`` (the working tree's perf tests); see the module docstring."""
+        self.install_worker_plugin()
+        outcome = AbOutcome()
+        evidence = outcome.evidence
+        pending = list(nodeids)
+        pair = 0
+        while pending and pair < self.max_processes:
+            order = (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
+            runs = {side.name: self.start(side, pair, pending) for side in order}
+            outcome.runs += [runs[s.name] for s in order]
+            if pair == 0:
+                a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], nodeids)
+                b_has = set(runs["B"].data.get("collected", []))
+                if runs["A"].error is None:
+                    outcome.new = [n for n in nodeids if n not in a_has]
+                    outcome.removed = sorted(a_has - b_has - set(nodeids))
+                pending = [n for n in pending if n in a_has or runs["A"].error is not None]
+            for nodeid in pending:
+                item = evidence.setdefault(nodeid, TestEvidence(nodeid))
+                item.a.append(_entry(runs["A"], nodeid))
+                item.b.append(_entry(runs["B"], nodeid))
+            for run in runs.values():
+                outcome.leaks += [leak for leak in run.data.get("leaks", []) if leak not in outcome.leaks]
+            pair += 1
+            if pair < self.min_processes:
+                continue
+            final = pair >= self.max_processes
+            for nodeid in pending:
+                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], final)
+            undecided = [n for n in pending if not evidence[n].decided and not evidence[n].errors("B")]
+            for nodeid in set(pending) - set(undecided):  # settle what stays undecided for another reason
+                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+            pending = undecided
+        for nodeid in pending:
+            evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+        for run in outcome.runs:
+            if run.side == "B" and run.pair == 0:
+                for nodeid in outcome.new:
+                    evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(_entry(run, nodeid))
+        return outcome
+
+
+def _collect_error(run: WorkerRun, nodeid: str) -> str | None:
+    """The collection error of the file (or a folder above it) that holds ``nodeid`` on the run's side."""
+    path = nodeid.split("::", 1)[0]
+    for where, text in (run.data.get("collect_errors") or {}).items():
+        if where and (path == where or path.startswith(where.rstrip("/") + "/")):
+            return f"collecting {where} failed:\n{text}"
+    return None
+
+
+def _broken(run: WorkerRun, nodeids: list[str]) -> set[str]:
+    """Tests whose file failed to import on the run's side: present there, but broken (not new)."""
+    return {n for n in nodeids if _collect_error(run, n) is not None}
+
+
+def _entry(run: WorkerRun, nodeid: str) -> dict[str, Any] | None:
+    if run.error is not None:
+        return {"outcome": "error", "error": run.error, "payload": None}
+    found = run.data.get("tests", {}).get(nodeid)
+    if found is None and _collect_error(run, nodeid) is not None:
+        return {"outcome": "error", "error": _collect_error(run, nodeid), "payload": None}
+    return found
+
+
+def child_env(base: dict[str, str], pythonpath: str, foreign_root: Path | None, own_root: Path) -> dict[str, str]:
+    """A worker's environment: ``PYTHONPATH`` set, CI summary and xdist worker variables removed."""
+    env = {k: v for k, v in base.items() if not k.startswith("PYTEST_XDIST_") and k != "GITHUB_STEP_SUMMARY"}
+    env["PYTHONPATH"] = pythonpath
+    env["GPUPERF_AB_SIDE_ROOT"] = str(own_root)
+    if foreign_root is not None:
+        env["GPUPERF_AB_FOREIGN_ROOT"] = str(foreign_root)
+    else:
+        env.pop("GPUPERF_AB_FOREIGN_ROOT", None)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def side_scope(args: list[str], tree: Path, side_root: Path) -> list[str]:
+    """The controller's test paths (absolute, inside ``tree``) at the same places in ``side_root``."""
+    scope = []
+    for arg in args:
+        path, sep, rest = arg.partition("::")
+        try:
+            relative = Path(path).resolve().relative_to(tree)
+        except ValueError:
+            continue
+        scope.append(str(side_root / relative) + sep + rest)
+    return scope
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment."""
+    return dict(os.environ)

@@ -1,0 +1,147 @@
+"""Build both sides' worker settings: folders, import path, scope, forwarded flags; warn where A is not REF."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_gpuperf.ab.gitref import AbRefError, untracked_extensions
+from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath
+from pytest_gpuperf.ab.runner import AbRunner, Side, child_env, side_scope
+from pytest_gpuperf.settings import get_option, ini_name
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.ab.gitref import Worktree
+    from pytest_gpuperf.session import GpuperfSession
+
+
+NOT_FORWARDED = frozenset(
+    {
+        "--gpuperf",
+        "--gpuperf-update",
+        "--gpuperf-strict",
+        "--gpuperf-baselines",
+        "--gpuperf-max-time",
+        "--gpuperf-no-confirm",
+        "--gpuperf-json",
+        "--gpuperf-markdown",
+        "--gpuperf-no-step-summary",
+        "--gpuperf-plot",
+        "--gpuperf-baseline-ref",
+        "--gpuperf-worker-gpus",
+        "--gpuperf-processes",
+    }
+)
+
+
+def forwarded_flags(config: pytest.Config) -> list[str]:
+    """The ``--gpuperf-*`` flags given on this command line that a worker must see too (backend, timing ...)."""
+    from pytest_gpuperf.settings import _REGISTRY
+
+    args: list[str] = []
+    for flag, (kind, _default) in sorted(_REGISTRY.items()):
+        if flag in NOT_FORWARDED or flag.startswith("--gpuperf-ab"):
+            continue
+        value = config.getoption(ini_name(flag), default=None)
+        if value is None or value is False:
+            continue
+        args += [flag] if kind == "bool" else [flag, str(value)]
+    return args
+
+
+def _relative(path: Path, tree: Path) -> Path:
+    try:
+        return path.resolve().relative_to(tree)
+    except ValueError:
+        return Path(".")
+
+
+def test_args(config: pytest.Config) -> list[str]:
+    """The controller's test paths (its arguments or testpaths), absolute."""
+    found = []
+    for arg in config.args or ["."]:
+        path, sep, rest = str(arg).partition("::")
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = config.invocation_params.dir / path
+            if not candidate.exists() and (config.rootpath / path).exists():
+                candidate = config.rootpath / path
+        found.append(str(candidate.resolve()) + sep + rest)
+    return found
+
+
+def worker_args(config: pytest.Config, session: GpuperfSession) -> list[str]:
+    """Flags every worker gets: the working tree's baselines (both sides time the same way), budget, filters."""
+    from pytest_gpuperf.settings import _REGISTRY
+
+    args = ["--gpuperf-baselines", str(session.settings.baselines_dir)]
+    args += ["--gpuperf-max-time", str(get_option(config, "--gpuperf-ab-max-time"))]
+    if "--gpuperf-no-confirm" in _REGISTRY:
+        args.append("--gpuperf-no-confirm")  # the controller judges; a worker's own confirmation costs time
+    if getattr(config.option, "keyword", ""):
+        args += ["-k", config.option.keyword]
+    if getattr(config.option, "markexpr", ""):
+        args += ["-m", config.option.markexpr]
+    if config.pluginmanager.hasplugin("xdist"):
+        args += ["-n", "0"]
+    return args + forwarded_flags(config)
+
+
+def build_runner(
+    config: pytest.Config, session: GpuperfSession, worktree: Worktree, tree: Path
+) -> tuple[AbRunner, list[str]]:
+    """The runner of both sides and the warnings about what A/B cannot guarantee."""
+    wt = worktree.path
+    rootdir_rel = _relative(config.rootpath, tree)
+    invocation_rel = _relative(config.invocation_params.dir, tree)
+    scratch = wt.parent / f"run-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    plugin_dir = str(scratch / "plugin")
+    editable = editable_mappings()
+    existing = os.environ.get("PYTHONPATH", "")
+    args = test_args(config)
+    a_paths = a_side_paths(tree, wt, list(sys.path), editable)
+    a_cwd = wt / invocation_rel if (wt / invocation_rel).is_dir() else wt / rootdir_rel
+    side_a = Side(
+        "A",
+        wt,
+        a_cwd,
+        wt / rootdir_rel,
+        child_env(dict(os.environ), pythonpath([*a_paths, plugin_dir], existing, tree), tree, wt),
+        side_scope(args, tree, wt),
+    )
+    side_b = Side(
+        "B",
+        tree,
+        config.invocation_params.dir,
+        config.rootpath,
+        child_env(dict(os.environ), pythonpath([], os.pathsep.join([existing, plugin_dir])), None, tree),
+        args,
+    )
+    runner = AbRunner(
+        side_a,
+        side_b,
+        worker_args(config, session),
+        min_processes=get_option(config, "--gpuperf-ab-processes"),
+        max_processes=get_option(config, "--gpuperf-ab-max-processes"),
+        timeout=get_option(config, "--gpuperf-ab-timeout"),
+        scratch=scratch,
+    )
+    warnings = editable_warnings(tree, wt, editable)
+    roots = [tree / "src", tree, config.rootpath]
+    try:
+        built = untracked_extensions(tree, package_dirs(tree, roots, editable))
+    except AbRefError as exc:
+        built = []
+        warnings.append(f"could not check for compiled extensions: {exc}")
+    if built:
+        warnings.append(
+            f"compiled extension(s) built only in the working tree, not tracked by git: {', '.join(built[:5])}; "
+            "REF's worktree does not have them, so A/B cannot guarantee that side A ran REF's code "
+            "(build them for REF, or compare pure-Python changes only)"
+        )
+    return runner, warnings

@@ -1,0 +1,183 @@
+"""The A/B run of one pytest process: REF's worktree, both sides' workers, their evidence per test."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.ab.gitref import Worktree, toplevel
+from pytest_gpuperf.settings import get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.ab.runner import AbOutcome, AbRunner
+    from pytest_gpuperf.session import GpuperfSession
+
+PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
+
+
+@dataclass
+class AbState:
+    """Everything ``--gpuperf-ab`` keeps for one pytest process (registered as a plugin for its reports)."""
+
+    config: pytest.Config
+    session: GpuperfSession
+    worktree: Worktree
+    tree: Path
+    runner: AbRunner | None = None
+    outcome: AbOutcome | None = None
+    warnings: list[str] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    applied: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, config: pytest.Config, session: GpuperfSession, ref: str) -> AbState:
+        """Resolve REF and check it out (an xdist worker reuses its controller's worktree)."""
+        from pytest_gpuperf.ab.gitref import check_ref_name
+
+        ref = check_ref_name(ref)
+        tree = toplevel(config.rootpath)
+        shared = os.environ.get("GPUPERF_AB_WORKTREE")
+        if hasattr(config, "workerinput") and shared:
+            worktree = Worktree(ref, os.environ.get("GPUPERF_AB_SHA", ""), tree, Path(shared), owned=False)
+        else:
+            worktree = Worktree.create(tree, ref)
+        minimum = get_option(config, "--gpuperf-ab-processes")
+        maximum = get_option(config, "--gpuperf-ab-max-processes")
+        if minimum < 2 or maximum < minimum:
+            worktree.remove()
+            raise pytest.UsageError(
+                f"--gpuperf-ab-processes must be at least 2 (got {minimum}) and --gpuperf-ab-max-processes at "
+                f"least that (got {maximum}): one process per side cannot show the spread between processes"
+            )
+        return cls(config, session, worktree, tree)
+
+    # -- where we are ------------------------------------------------------------
+    @property
+    def is_xdist_worker(self) -> bool:
+        """True in a pytest-xdist worker."""
+        return hasattr(self.config, "workerinput")
+
+    @property
+    def is_xdist_controller(self) -> bool:
+        """True in the pytest-xdist controller (it runs no tests)."""
+        return not self.is_xdist_worker and getattr(self.config.option, "dist", "no") != "no"
+
+    @property
+    def title(self) -> str:
+        """``gpuperf A/B against REF (sha)``."""
+        return f"gpuperf A/B against {self.worktree.ref} ({self.worktree.short})"
+
+    def is_perf(self, item: pytest.Item) -> bool:
+        """True for tests that use the ``gpuperf`` (or ``gpuperf_torchrun``) fixture."""
+        return any(name in getattr(item, "fixturenames", ()) for name in PERF_FIXTURES)
+
+    # -- running -----------------------------------------------------------------
+    def _runner(self) -> AbRunner:
+        if self.runner is None:
+            from pytest_gpuperf.ab.sides import build_runner
+
+            self.runner, warnings = build_runner(self.config, self.session, self.worktree, self.tree)
+            self.warnings += warnings
+        return self.runner
+
+    def run_items(self, items: list[pytest.Item]) -> None:
+        """Run the A/B rounds for the perf tests among ``items`` (those not skipped by a marker)."""
+        nodeids = [i.nodeid for i in items if self.is_perf(i) and i.get_closest_marker("skip") is None]
+        self.handled.update(nodeids)
+        if not nodeids:
+            return
+        outcome = self._runner().run(nodeids)
+        if self.outcome is None:
+            self.outcome = outcome
+        else:
+            self.outcome.evidence.update(outcome.evidence)
+            self.outcome.new += outcome.new
+            self.outcome.runs += outcome.runs
+            self.outcome.leaks += [x for x in outcome.leaks if x not in self.outcome.leaks]
+
+    def apply(self, item: pytest.Function) -> bool | None:
+        """Turn the evidence of ``item`` into its verdicts (True: the body is not run here)."""
+        from pytest_gpuperf.ab.verdicts import apply_evidence
+
+        outcome = self.outcome
+        if outcome is None or item.nodeid not in outcome.evidence:
+            return None  # not measured by the workers (skipped there): run it the normal way
+        evidence = outcome.evidence[item.nodeid]
+        self.applied[item.nodeid] = apply_evidence(self.session, self.worktree, item, evidence, outcome)
+        return True
+
+    # -- reporting ---------------------------------------------------------------
+    def annotate(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """Put the A/B result on the call report; fail an inconclusive one under ``--gpuperf-strict``."""
+        result = self.applied.get(item.nodeid)
+        if result is None:
+            return
+        data = getattr(report, "gpuperf", None)
+        if not isinstance(data, dict):
+            data = {}
+            report.gpuperf = data  # type: ignore[attr-defined]
+        data["ab"] = result
+        prop = ("gpuperf.ab", f"A/B against {self.worktree.ref} ({self.worktree.short}): {result['status']}")
+        report.user_properties.append(prop)
+        item.user_properties.append(prop)
+        for metric in result["metrics"]:
+            line = f"A {metric['a']} -> B {metric['b']} {metric['unit']} [{metric['status']}]"
+            report.user_properties.append((f"gpuperf.ab.{metric['metric']}", line))
+            item.user_properties.append((f"gpuperf.ab.{metric['metric']}", line))
+        strict = self.session.settings.strict
+        if strict and report.passed and any(m["status"] == "inconclusive" for m in result["metrics"]):
+            report.outcome = "failed"
+            lines = [f"  {m['label']}: {m['message']}" for m in result["metrics"] if m["status"] == "inconclusive"]
+            report.longrepr = "\n".join([f"pytest-gpuperf: {self.title}: inconclusive (--gpuperf-strict)", *lines])
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect A/B results from reports (also those coming back from xdist workers)."""
+        data = getattr(report, "gpuperf", None)
+        if report.when == "call" and isinstance(data, dict) and data.get("ab"):
+            self.results[report.nodeid] = {"outcome": report.outcome, **data["ab"]}
+
+    def summary(self) -> dict[str, Any]:
+        """Everything the A/B section of the reports shows (JSON-able)."""
+        outcome = self.outcome
+        warnings = list(self.warnings)
+        if outcome is not None and outcome.leaks:
+            more = len(outcome.leaks) - 5
+            shown = ", ".join(outcome.leaks[:5]) + (f" and {more} more" if more > 0 else "")
+            warnings.append(
+                f"the A side imported module(s) from the working tree, not from REF: {shown}; "
+                "A/B cannot guarantee that side A ran REF's code"
+            )
+        runs = outcome.runs if outcome else []
+        return {
+            "ref": self.worktree.ref,
+            "sha": self.worktree.sha,
+            "title": self.title,
+            "tests": dict(sorted(self.results.items())),
+            "new": sorted(outcome.new) if outcome else [],
+            "removed": sorted(outcome.removed) if outcome else [],
+            "warnings": warnings,
+            "processes": {
+                "A": sum(1 for r in runs if r.side == "A"),
+                "B": sum(1 for r in runs if r.side == "B"),
+                "min": get_option(self.config, "--gpuperf-ab-processes"),
+                "max": get_option(self.config, "--gpuperf-ab-max-processes"),
+            },
+            "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
+            "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
+            "worker_errors": [r.error for r in runs if r.error][:4],
+        }
+
+    def publish(self, collector: Any) -> None:
+        """Give the reporting feature the A/B section of the JSON and the Markdown."""
+        if collector is None or not hasattr(collector, "extras"):
+            return
+        from pytest_gpuperf.ab.report import markdown_lines
+
+        summary = self.summary()
+        collector.extras["ab"] = summary
+        collector.markdown_blocks.append("\n".join(markdown_lines(summary)))

@@ -1,0 +1,159 @@
+"""Turn one test's A/B evidence into the session's verdicts (so every report shows them) and its A/B record."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.ab.judge import AbVerdict, worst
+from pytest_gpuperf.results import Metric, Verdict
+from pytest_gpuperf.units import format_change, format_value
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.ab.gitref import Worktree
+    from pytest_gpuperf.ab.runner import AbOutcome, TestEvidence
+    from pytest_gpuperf.session import GpuperfSession
+
+JUDGED_KINDS = ("time", "throughput", "memory")
+
+
+def _show(value: Any, unit: str) -> str:
+    return format_value(value, unit) if isinstance(value, (int, float, str)) else "-"
+
+
+def _message(title: str, ab: AbVerdict) -> str:
+    change = f", {format_change(ab.ratio)}" if ab.ratio else ""
+    return f"{ab.label}: {title}: A {_show(ab.a, ab.unit)}, B {_show(ab.b, ab.unit)}{change}; {ab.message}"
+
+
+def _best_samples(evidence: TestEvidence, name: str) -> list[float]:
+    best: list[float] = []
+    for entry in evidence.b:
+        for verdict in ((entry or {}).get("payload") or {}).get("verdicts", []):
+            if verdict.get("metric") == name and verdict.get("value") is not None:
+                samples = list(verdict.get("sample_values") or [])
+                if not best or (samples and min(samples) < min(best)):
+                    best = samples
+    return best
+
+
+def to_verdict(title: str, ab: AbVerdict, samples: list[float]) -> Verdict:
+    """A session verdict for one A/B metric: B's value as measured, A's as the baseline."""
+    value = ab.b if ab.b is not None else ab.a
+    metric = Metric(
+        ab.metric,
+        value if isinstance(value, (int, float, str)) else "-",
+        ab.unit,
+        ab.better if ab.better in ("lower", "higher", "equal") else "lower",  # type: ignore[arg-type]
+        ab.kind,
+        samples=samples,
+        judged=ab.status != "info",
+        tolerance=ab.tolerance,
+        extra={"ab": title, "ab_a": ", ".join(_show(v, ab.unit) for v in ab.a_values)},
+    )
+    status = "unchanged" if ab.status == "undecided" else ab.status
+    baseline = ab.a if isinstance(ab.a, (int, float, str)) else None
+    return Verdict(metric, status, baseline, ab.ratio, None, ab.tolerance, _message(title, ab))  # type: ignore[arg-type]
+
+
+def from_payload(verdict: dict[str, Any]) -> Verdict:
+    """A session verdict rebuilt from a worker's verdict dict (tests only on the B side)."""
+    metric = Metric(
+        str(verdict["metric"]),
+        verdict.get("value"),  # type: ignore[arg-type]
+        str(verdict.get("unit", "")),
+        verdict.get("better", "lower"),
+        str(verdict.get("kind", "custom")),
+        samples=list(verdict.get("sample_values") or []),
+        judged=verdict.get("status") != "info",
+        tolerance=verdict.get("tolerance"),
+        extra=dict(verdict.get("extra") or {}),
+    )
+    ci = verdict.get("ci")
+    return Verdict(
+        metric,
+        verdict.get("status", "new"),
+        verdict.get("baseline"),
+        verdict.get("ratio"),
+        tuple(ci) if ci else None,
+        verdict.get("tolerance"),
+        str(verdict.get("message", "")),
+    )
+
+
+def _skip_reason(evidence: TestEvidence, side: str) -> str | None:
+    entries = [e for e in (evidence.a if side == "A" else evidence.b) if e]
+    skipped = [e for e in entries if e.get("outcome") == "skipped"]
+    if entries and len(skipped) == len(entries):
+        return str(skipped[0].get("skip") or "skipped")
+    return None
+
+
+def _record_update(session: GpuperfSession, item: pytest.Function, evidence: TestEvidence) -> None:
+    """Under ``--gpuperf-update``: the baseline entries of the B process with the median judged value."""
+    from pytest_gpuperf.session import metric_to_entry
+
+    payloads = [e["payload"] for e in evidence.b if e and e.get("payload")]
+    if not payloads:
+        return
+
+    def key(payload: dict[str, Any]) -> float:
+        values = [v["value"] for v in payload.get("verdicts", []) if v.get("kind") == "time"]
+        return float(values[0]) if values and isinstance(values[0], (int, float)) else 0.0
+
+    chosen = sorted(payloads, key=key)[(len(payloads) - 1) // 2]
+    fingerprint = chosen.get("fingerprint") or {}
+    if not fingerprint:
+        return
+    path = session.baseline_path(fingerprint)
+    _, tests = session.pending_updates.setdefault(path, (fingerprint, {}))
+    entries = tests.setdefault(item.nodeid, {})
+    for verdict in chosen.get("verdicts", []):
+        entries[str(verdict["metric"])] = metric_to_entry(from_payload(verdict).metric)
+
+
+def apply_evidence(
+    session: GpuperfSession, worktree: Worktree, item: pytest.Function, evidence: TestEvidence, outcome: AbOutcome
+) -> dict[str, Any]:
+    """Store the verdicts of ``item`` in the session and return its A/B record (fails or skips like B did)."""
+    title = f"A/B against {worktree.ref} ({worktree.short})"
+    errors = evidence.errors("B")
+    if errors:
+        pytest.fail(f"{title}: the working tree's test failed in its B worker process:\n{errors[-1]}", pytrace=False)
+    reason = _skip_reason(evidence, "B")
+    if reason is not None:
+        pytest.skip(reason)
+    payload = evidence.last_payload("B") or {}
+    world = (payload.get("fingerprint") or {}).get("world_size")
+    if world:
+        item._gpuperf_world_size = int(world)  # type: ignore[attr-defined]
+    new = item.nodeid in outcome.new
+    if new:
+        verdicts = [from_payload(v) for v in payload.get("verdicts", [])]
+        metrics: list[dict[str, Any]] = []
+        note = "new: only in the working tree, judged against the stored baselines"
+    else:
+        a_problem = evidence.errors("A")
+        skipped = _skip_reason(evidence, "A")
+        note = ""
+        if a_problem or skipped:
+            why = (a_problem[-1].strip().splitlines() or ["failed"])[-1] if a_problem else f"skipped: {skipped}"
+            note = f"REF's side did not measure: {why}"
+            for ab in evidence.verdicts:
+                if ab.kind in JUDGED_KINDS and ab.judged:
+                    ab.status, ab.message = "inconclusive", f"no A measurement ({why})"
+        verdicts = [to_verdict(title, ab, _best_samples(evidence, ab.metric)) for ab in evidence.verdicts]
+        metrics = [ab.as_dict() for ab in evidence.verdicts]
+    session.verdicts.setdefault(item.nodeid, []).extend(verdicts)
+    if session.settings.update:
+        _record_update(session, item, evidence)
+    return {
+        "ref": worktree.ref,
+        "sha": worktree.sha,
+        "side": "new" if new else "both",
+        "status": worst([m["status"] for m in metrics]) if metrics else "new",
+        "metrics": metrics,
+        "processes": {"A": sum(1 for e in evidence.a if e), "B": sum(1 for e in evidence.b if e)},
+        "note": note,
+    }

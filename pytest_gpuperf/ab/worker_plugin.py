@@ -1,0 +1,104 @@
+"""pytest plugin of an A/B worker process (``python -m pytest ... -p _gpuperf_ab_worker --gpuperf``).
+
+Self-contained on purpose: it is copied next to the worker as ``_gpuperf_ab_worker.py`` and must
+load whatever version of pytest-gpuperf the A side (REF) imports, so it only reads the
+``report.gpuperf`` payload every version attaches. Environment:
+
+* ``GPUPERF_AB_SELECT``: JSON file with the node ids to run (perf tests outside it are deselected);
+* ``GPUPERF_AB_OUT``: where to write the results (JSON, written atomically at session end);
+* ``GPUPERF_AB_FOREIGN_ROOT`` / ``GPUPERF_AB_SIDE_ROOT``: modules imported from the foreign root
+  (the working tree, on the A side) and not from this side's root are reported as leaks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_STATE: dict[str, Any] = {"collected": [], "tests": {}, "leaks": [], "collect_errors": {}, "started": time.time()}
+_RAISED: set[tuple[str, str]] = set()
+PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
+
+
+def _is_perf(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in PERF_FIXTURES)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only the selected perf tests; remember every perf test this side has (after -k/-m)."""
+    perf = [item for item in items if _is_perf(item)]
+    _STATE["collected"] = [item.nodeid for item in perf]
+    select_file = os.environ.get("GPUPERF_AB_SELECT")
+    selected = set(json.loads(Path(select_file).read_text(encoding="utf-8"))) if select_file else set()
+    keep = [item for item in perf if item.nodeid in selected]
+    dropped = [item for item in items if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Keep collection errors: a test file that fails to import on this side is not a missing test."""
+    if report.failed:
+        _STATE["collect_errors"][report.nodeid] = report.longreprtext[-4000:]
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """Note phases that raised: a failure there is the test's own error, not a perf verdict."""
+    if call.excinfo is not None and call.when in ("setup", "call"):
+        _RAISED.add((item.nodeid, call.when))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep each test's outcome, its own error text and its perf payload."""
+    entry = _STATE["tests"].setdefault(report.nodeid, {"outcome": "not run", "error": None, "payload": None})
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        entry["outcome"] = report.outcome
+        entry["duration"] = report.duration
+    if report.skipped and isinstance(report.longrepr, tuple):
+        entry["skip"] = str(report.longrepr[2])
+    if report.failed and (report.nodeid, report.when) in _RAISED:
+        entry["error"] = report.longreprtext[-4000:]
+    payload = getattr(report, "gpuperf", None)
+    if report.when == "call" and payload:
+        entry["payload"] = payload
+
+
+def _leaks() -> list[str]:
+    foreign = os.environ.get("GPUPERF_AB_FOREIGN_ROOT")
+    own = os.environ.get("GPUPERF_AB_SIDE_ROOT")
+    if not foreign:
+        return []
+    foreign_root = Path(foreign).resolve()
+    own_root = Path(own).resolve() if own else None
+    found = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or name == __name__:
+            continue
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to(foreign_root) and not (own_root and resolved.is_relative_to(own_root)):
+            found.append(f"{name} ({resolved})")
+    return sorted(found)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the results file (atomically: a reader never sees half of it)."""
+    out = os.environ.get("GPUPERF_AB_OUT")
+    if not out:
+        return
+    _STATE["leaks"] = _leaks()
+    _STATE["seconds"] = time.time() - _STATE["started"]
+    _STATE["pid"] = os.getpid()
+    path = Path(out)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(_STATE, default=str), encoding="utf-8")
+    partial.replace(path)

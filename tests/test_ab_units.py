@@ -1,0 +1,274 @@
+"""Unit tests of ``--gpuperf-ab``: judging from injected per-process values, refs, worktrees, import paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.ab import gitref
+from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath
+from pytest_gpuperf.ab.judge import SideSample, judge_metric, worst
+from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
+from pytest_gpuperf.ab.runner import TestEvidence, child_env, judge_evidence, side_scope
+
+TIME = {"unit": "s", "better": "lower", "kind": "time", "tolerance": 0.25, "label": "time"}
+THROUGHPUT = {"unit": "rows/s", "better": "higher", "kind": "throughput", "tolerance": 0.25, "label": "throughput"}
+PAIRS = [(0, 0), (1, 1)]
+
+
+def side(*values: float, status: str = "new") -> list[SideSample]:
+    return [SideSample(v, [], status) for v in values]
+
+
+def judge(a: list[float], b: list[float], info: dict = TIME, final: bool = True, pairs=PAIRS):
+    return judge_metric(info["label"], side(*a), side(*b), pairs, info, final)
+
+
+def test_unchanged_passes_and_a_slow_process_on_either_side_does_not_matter() -> None:
+    assert judge([1.00, 1.02], [1.01, 0.99]).status == "unchanged"
+    # A whole process several times slower (seen on this CPU) on the B side: the best processes still agree.
+    assert judge([1.00, 1.02], [4.0, 1.01]).status == "inconclusive"  # two B processes disagree: never a failure
+    assert judge([1.00, 1.02], [4.0, 1.01, 1.02], pairs=[(0, 0), (1, 1)]).status == "unchanged"
+
+
+def test_slower_b_is_a_regression_only_beyond_tolerance_and_noise() -> None:
+    verdict = judge([1.00, 1.01], [1.50, 1.52])
+    assert verdict.status == "regression"
+    assert verdict.worse == pytest.approx(1.5)
+    assert verdict.pairs == pytest.approx([1.5, 1.52 / 1.01])
+    assert verdict.ratio == pytest.approx(1.5)
+    assert judge([1.00, 1.01], [1.20, 1.21]).status == "unchanged"  # +20% < 25% tolerance
+
+
+def test_throughput_is_oriented_higher_is_better() -> None:
+    slower = judge([100.0, 99.0], [66.0, 65.0], info=THROUGHPUT)
+    assert slower.status == "regression"
+    assert slower.a == 100.0 and slower.b == 66.0
+    assert slower.pairs[0] == pytest.approx(0.66)
+    assert judge([100.0, 99.0], [125.0, 124.0], info=THROUGHPUT).status == "improvement"
+
+
+def test_twenty_percent_faster_is_shown_as_an_improvement_at_a_25_percent_tolerance() -> None:
+    assert judge([1.00, 1.02], [0.80, 0.81]).status == "improvement"
+
+
+def test_disagreeing_processes_are_undecided_then_inconclusive_with_the_reason() -> None:
+    pending = judge([1.0, 1.6], [1.5, 2.4], final=False)
+    assert pending.status == "undecided" and not pending.decided
+    final = judge([1.0, 1.6], [1.5, 2.4], final=True)
+    assert final.status == "inconclusive"
+    assert "spread between processes is 60%" in final.message and "25% tolerance" in final.message
+
+
+def test_a_regression_needs_half_of_the_pairs_past_the_tolerance() -> None:
+    # Best-vs-best says +50%, but each pair says otherwise: never a failure on that evidence alone.
+    verdict = judge([1.0, 1.0, 3.0], [1.5, 1.5, 1.5], pairs=[(2, 0), (2, 1), (0, 2)])
+    assert verdict.status != "regression"
+
+
+def test_memory_uses_an_absolute_slack_and_stored_baselines_keep_gating() -> None:
+    info = {"unit": "B", "better": "lower", "kind": "memory", "tolerance": 0.05, "label": "peak memory"}
+    assert judge([1000.0, 1000.0], [2000.0, 2000.0], info=info).status == "unchanged"  # +1000 B < 64 KiB
+    big = judge([1e8, 1e8], [2e8, 2e8], info=info)
+    assert big.status == "regression"
+    stored = judge_metric("m", side(1e8, 1e8), side(1e8, 1e8, status="regression"), PAIRS, info, True)
+    assert stored.status == "regression" and "stored baseline" in stored.message
+    mixed = judge_metric(
+        "m", side(1e8, 1e8), [SideSample(1e8, [], "regression"), SideSample(1e8, [], "unchanged")], PAIRS, info, True
+    )
+    assert mixed.status == "inconclusive"
+
+
+def test_categories_show_both_sides_and_informational_metrics_never_fail() -> None:
+    info = {"unit": "", "better": "equal", "kind": "category", "label": "bound"}
+    a = [SideSample("compute-bound", [], "unchanged")] * 2
+    b = [SideSample("memory-bound", [], "changed")] * 2
+    verdict = judge_metric("step.bound", a, b, PAIRS, info, True)
+    assert (verdict.a, verdict.b, verdict.status) == ("compute-bound", "memory-bound", "changed")
+    info_time = {**TIME, "tolerance": 0.25}
+    a_info, b_info = side(1.0, 1.0, status="info"), side(5.0, 5.0, status="info")
+    quiet = judge_metric("step.time", a_info, b_info, PAIRS, info_time, True)
+    assert quiet.status == "info" and not quiet.judged
+
+
+def test_worst_orders_statuses() -> None:
+    assert worst(["unchanged", "inconclusive", "improvement"]) == "inconclusive"
+    assert worst(["unchanged", "regression", "inconclusive"]) == "regression"
+    assert worst([]) == "info"
+
+
+def _entry(value: float, samples: list[float], status: str = "new") -> dict:
+    verdict = {"metric": "step.time", "label": "time", "value": value, "unit": "s", "better": "lower"}
+    verdict.update(kind="time", status=status, tolerance=0.25, sample_values=samples)
+    return {"outcome": "passed", "error": None, "payload": {"verdicts": [verdict]}}
+
+
+def test_judge_evidence_pairs_processes_and_uses_sample_precision() -> None:
+    evidence = TestEvidence("t.py::x")
+    evidence.a = [_entry(1.0, [1.0] * 10), _entry(1.01, [1.01] * 10)]
+    evidence.b = [_entry(2.0, [2.0] * 10), _entry(2.02, [2.02] * 10)]
+    (verdict,) = judge_evidence(evidence, final=True)
+    assert verdict.status == "regression" and verdict.pairs == pytest.approx([2.0, 2.0])
+    noisy = TestEvidence("t.py::y")
+    spread = [1.0 + 0.1 * i for i in range(10)]  # the best process's own q20 is uncertain by ~20%
+    noisy.a = [_entry(1.0, spread), _entry(1.0, spread)]
+    noisy.b = [_entry(1.4, spread), _entry(1.4, spread)]
+    (verdict,) = judge_evidence(noisy, final=True)
+    assert verdict.status == "inconclusive"
+
+
+def test_judge_evidence_marks_metrics_measured_on_one_side_only() -> None:
+    evidence = TestEvidence("t.py::x", a=[{"outcome": "error", "error": "boom", "payload": None}], b=[_entry(1.0, [])])
+    (verdict,) = judge_evidence(evidence, final=True)
+    assert verdict.status == "info" and verdict.message == "only measured on B (the working tree)" and verdict.judged
+    assert evidence.errors("A") == ["boom"] and evidence.errors("B") == []
+
+
+@pytest.mark.parametrize("ref", ["", "-rf", "--output=/tmp/x", "main;rm -rf /", "a b", "$(id)", "main..dev", "x`y`"])
+def test_option_and_shell_looking_refs_are_refused(ref: str) -> None:
+    with pytest.raises(gitref.AbRefError, match="--gpuperf-ab"):
+        gitref.check_ref_name(ref)
+
+
+@pytest.mark.parametrize("ref", ["origin/main", "HEAD~1", "main^", "v1.2.3", "@{u}", "0123abcd", "feature/x-y_z"])
+def test_plain_refs_are_accepted(ref: str) -> None:
+    assert gitref.check_ref_name(ref) == ref
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with one commit: src/pkg/__init__.py holding VERSION = 1."""
+    root = tmp_path / "repo"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "__init__.py").write_text("VERSION = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "commit", "-qm", "one")
+    return root
+
+
+def test_worktree_checks_out_the_ref_and_is_removed(repo: Path) -> None:
+    (repo / "src" / "pkg" / "__init__.py").write_text("VERSION = 2\n")
+    worktree = gitref.Worktree.create(repo, "HEAD")
+    assert worktree.sha == _git(repo, "rev-parse", "HEAD").strip() and len(worktree.short) == 12
+    assert (worktree.path / "src" / "pkg" / "__init__.py").read_text() == "VERSION = 1\n"
+    worktree.remove()
+    assert not worktree.path.parent.exists()
+    assert str(worktree.path) not in _git(repo, "worktree", "list")
+    worktree.remove()  # idempotent
+
+
+def test_unknown_ref_and_no_repository_are_clear_errors(repo: Path, tmp_path: Path) -> None:
+    with pytest.raises(gitref.AbRefError, match="not a commit"):
+        gitref.resolve_commit(repo, "no-such-branch")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(gitref.AbRefError, match="needs a git repository"):
+        gitref.toplevel(tmp_path / "plain")
+
+
+def test_untracked_compiled_extensions_are_found(repo: Path) -> None:
+    (repo / "src" / "pkg" / "_ext.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0")
+    dirs = package_dirs(repo, [repo / "src", repo], {})
+    assert dirs == [repo / "src" / "pkg"]
+    assert gitref.untracked_extensions(repo, dirs) == ["src/pkg/_ext.cpython-311-x86_64-linux-gnu.so"]
+    _git(repo, "add", "-f", "src/pkg")
+    assert gitref.untracked_extensions(repo, dirs) == []
+
+
+def test_a_side_import_path_puts_the_worktree_first(tmp_path: Path) -> None:
+    tree, wt = tmp_path / "tree", tmp_path / "wt"
+    for folder in (tree / "src", tree / "lib", wt / "src", wt / "lib"):
+        folder.mkdir(parents=True)
+    paths = a_side_paths(tree, wt, [str(tree / "lib"), "/usr/lib/python3"], {"pkg": tree / "src" / "pkg"})
+    assert paths == [str(wt / "src"), str(wt), str(wt / "lib")]
+    joined = pythonpath(paths, os.pathsep.join([str(tree / "src"), "/opt/other"]), tree)
+    assert joined.split(os.pathsep) == [*paths, "/opt/other"]  # the working tree's own entries are dropped
+
+
+def test_editable_finder_mapping_is_read_and_a_missing_package_on_ref_is_named(tmp_path: Path) -> None:
+    module = type(sys)("__editable___demo_1_0_finder")
+    module.MAPPING = {"demo": str(tmp_path / "tree" / "src" / "demo")}
+
+    class Finder:
+        pass
+
+    Finder.__module__ = module.__name__
+    sys.modules[module.__name__] = module
+    try:
+        mapping = editable_mappings([Finder])
+    finally:
+        del sys.modules[module.__name__]
+    assert mapping == {"demo": tmp_path / "tree" / "src" / "demo"}
+    (tmp_path / "wt").mkdir()
+    (lines,) = editable_warnings((tmp_path / "tree").resolve(), tmp_path / "wt", mapping)
+    assert "'demo' is installed in editable mode" in lines and "src/demo" in lines
+
+
+def test_worker_environment_and_scope(tmp_path: Path) -> None:
+    base = {"PYTEST_XDIST_WORKER": "gw0", "GITHUB_STEP_SUMMARY": "/x", "KEEP": "1", "GPUPERF_AB_FOREIGN_ROOT": "/y"}
+    env = child_env(base, "/a:/b", None, tmp_path)
+    assert env["PYTHONPATH"] == "/a:/b" and env["KEEP"] == "1"
+    for dropped in ("PYTEST_XDIST_WORKER", "GITHUB_STEP_SUMMARY", "GPUPERF_AB_FOREIGN_ROOT"):
+        assert dropped not in env
+    tree = tmp_path.resolve()
+    scope = side_scope([str(tree / "tests" / "t.py") + "::test_x", "/elsewhere/t.py"], tree, Path("/wt"))
+    assert scope == ["/wt/tests/t.py::test_x"]
+
+
+def test_worker_plugin_reports_modules_imported_from_the_foreign_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gpuperf.ab import worker_plugin
+
+    foreign = tmp_path / "tree"
+    foreign.mkdir()
+    (foreign / "leaky_mod_for_ab.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(foreign))
+    __import__("leaky_mod_for_ab")
+    monkeypatch.setenv("GPUPERF_AB_FOREIGN_ROOT", str(foreign))
+    monkeypatch.setenv("GPUPERF_AB_SIDE_ROOT", str(tmp_path / "wt"))
+    try:
+        assert any(line.startswith("leaky_mod_for_ab (") for line in worker_plugin._leaks())
+    finally:
+        sys.modules.pop("leaky_mod_for_ab", None)
+
+
+def _summary() -> dict:
+    metric = judge([1.0, 1.01], [1.5, 1.52]).as_dict()
+    return {
+        "ref": "origin/main",
+        "sha": "0123456789abcdef",
+        "title": "gpuperf A/B against origin/main (0123456789ab)",
+        "tests": {"t.py::test_x[cpu]": {"outcome": "failed", "status": "regression", "metrics": [metric], "note": ""}},
+        "new": ["t.py::test_new[cpu]"],
+        "removed": ["t.py::test_old[cpu]"],
+        "warnings": ["compiled extension(s) built only in the working tree"],
+        "processes": {"A": 2, "B": 2, "min": 2, "max": 4},
+        "max_time": 0.5,
+        "cost_per_test_s": {"A": 3.0, "B": 3.5},
+        "worker_errors": [],
+    }
+
+
+def test_terminal_and_markdown_sections_show_both_sides() -> None:
+    text = "\n".join(line for line, _ in terminal_lines(_summary()))
+    assert "A = origin/main (0123456789ab)" in text and "REGRESSION" in text and "+50.0%" in text
+    assert "new (only in the working tree): t.py::test_new[cpu]" in text
+    assert "removed (only in origin/main): t.py::test_old[cpu]" in text
+    assert "WARNING: compiled extension" in text and "cost per test: A 3.0 s, B 3.5 s" in text
+    markdown = "\n".join(markdown_lines(_summary()))
+    assert markdown.startswith("### A/B against `origin/main` (`0123456789ab`): 1 REGRESSION")
+    row = "| `t.py::test_x[cpu]` | time | 1 s | 1.5 s | +50.0% | +50%, +50% | 25% | :red_circle: REGRESSION |"
+    assert row in markdown
+    assert json.dumps(_summary())  # JSON-able
