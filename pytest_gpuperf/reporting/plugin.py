@@ -144,7 +144,7 @@ class ReportCollector:
         self.lines: list[str] = []
         self.baseline_ref: dict[str, Any] | None = None
         self._env_set: str | None = None
-        #: Feature plugins add sections: ``extras`` under the JSON's ``gpuperf`` key, Markdown blocks after the headline.
+        #: Feature plugins add sections: ``extras`` under the JSON's ``gpuperf`` key, Markdown blocks after the title.
         self.extras: dict[str, Any] = {}
         self.markdown_blocks: list[str] = []
 
