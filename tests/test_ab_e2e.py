@@ -160,7 +160,11 @@ def test_broken_ref_side_is_inconclusive_and_fails_only_under_strict(pytester: p
         (["--gpuperf", "--gpuperf-ab", "HEAD;id"], "is not a plain git ref"),
         (["--gpuperf", "--gpuperf-ab", "no-such-branch"], "is not a commit of"),
         (["--gpuperf-ab", "HEAD"], "add --gpuperf"),
-        (["--gpuperf", "--gpuperf-ab", "HEAD", "--gpuperf-ab-processes", "1"], "must be at least 2"),
+        (["--gpuperf", "--gpuperf-ab", "HEAD", "--gpuperf-ab-processes", "1"], "expected a number >= 2"),
+        (
+            ["--gpuperf", "--gpuperf-ab", "HEAD", "--gpuperf-ab-processes", "3", "--gpuperf-ab-max-processes", "2"],
+            "at least --gpuperf-ab-processes",
+        ),
     ],
 )
 def test_bad_ab_usage_is_a_clear_error(pytester: pytest.Pytester, args: list[str], message: str) -> None:

@@ -21,18 +21,31 @@ from pytest_gpuperf.settings import add_options, get_option
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.state import AbState
 
-AB_OPTIONS: list[tuple[str, str, Any, str]] = [
+AB_OPTIONS: list[tuple[Any, ...]] = [
     (
         "--gpuperf-ab",
         "str",
         "",
-        "A/B against a git ref (REF, e.g. origin/main): measure REF's code and the working tree's in alternating "
+        "A/B against a git ref (e.g. origin/main): measure REF's code and the working tree's in alternating "
         "worker processes on this machine and judge B against A instead of a stored baseline",
+        {"metavar": "REF"},
     ),
-    ("--gpuperf-ab-processes", "int", 2, "A/B: worker processes per side for every test (at least 2)"),
-    ("--gpuperf-ab-max-processes", "int", 4, "A/B: worker processes per side at most, for tests still undecided"),
-    ("--gpuperf-ab-max-time", "float", 0.5, "A/B: measuring budget per measure() call in a worker, in seconds"),
-    ("--gpuperf-ab-timeout", "float", 1800.0, "A/B: seconds one worker process may run before it is killed"),
+    ("--gpuperf-ab-processes", "int", 2, "A/B: worker processes per side for every test (at least 2)", {"minimum": 2}),
+    (
+        "--gpuperf-ab-max-processes",
+        "int",
+        4,
+        "A/B: worker processes per side at most, for tests still undecided",
+        {"minimum": 2},
+    ),
+    ("--gpuperf-ab-max-time", "float", 0.5, "A/B: measuring budget per measure() call in a worker", {"above": 0}),
+    (
+        "--gpuperf-ab-timeout",
+        "float",
+        1800.0,
+        "A/B: seconds one worker process may run before it is killed",
+        {"above": 0},
+    ),
 ]
 STATE_KEY = pytest.StashKey["AbState"]()
 ENV_WORKTREE = "GPUPERF_AB_WORKTREE"

@@ -43,7 +43,8 @@ def forwarded_flags(config: pytest.Config) -> list[str]:
     from pytest_gpuperf.settings import _REGISTRY
 
     args: list[str] = []
-    for flag, (kind, _default) in sorted(_REGISTRY.items()):
+    for flag, spec in sorted(_REGISTRY.items()):
+        kind = spec[0]
         if flag in NOT_FORWARDED or flag.startswith("--gpuperf-ab"):
             continue
         value = config.getoption(ini_name(flag), default=None)
