@@ -213,3 +213,59 @@ def test_the_child_command_is_a_valid_short_gpuperf_run(pytester: pytest.Pyteste
     assert args[:3] == [sys.executable, "-m", "pytest"]
     assert "1 passed" in done.stdout, done.stdout + done.stderr
     assert not (tmp_path / "baselines").exists()  # the child never writes baselines
+
+
+def _extension(tmp_path: Path, node_ids: list[str], worker: bool = False) -> object:
+    from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
+
+    settings = ProfilingSettings(
+        profile=False,
+        ncu=True,
+        artifacts_dir=tmp_path,
+        latency_share=0.3,
+        ncu_timeout=60.0,
+        rootdir=tmp_path,
+        xdist=True,
+        xdist_worker=worker,
+    )
+    extension = ProfilingExtension(None, settings, None)  # type: ignore[arg-type]
+    extension.ncu_node_ids = node_ids
+    return extension
+
+
+def test_the_session_starts_one_ncu_child_for_all_its_ncu_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gpuperf.profiling.ncu_capture import SessionCapture
+
+    calls: list[list[str]] = []
+
+    def fake_capture(ncu: str, node_ids: list[str], *args: object) -> SessionCapture:
+        calls.append(list(node_ids))
+        return SessionCapture({(n, "step", 0): [] for n in node_ids}, tmp_path / "x.csv", 10.0, [ncu], list(node_ids))
+
+    monkeypatch.setattr("pytest_gpuperf.profiling.ncu_capture.capture_session", fake_capture)
+    ids = ["t.py::test_a[cuda]", "t.py::test_b[cuda]", "t.py::test_c[cuda]"]
+    ext = _extension(tmp_path, ids)
+    for node_id in ids:
+        assert ext._session_capture("ncu", node_id).capture(node_id, "step", 0).wall_s == pytest.approx(10 / 3)  # type: ignore[attr-defined]
+    assert calls == [ids]
+    worker = _extension(tmp_path, ids, worker=True)  # an xdist worker does not know its share of the tests
+    worker._session_capture("ncu", ids[0])  # type: ignore[attr-defined]
+    assert calls[-1] == [ids[0]]
+
+
+def test_an_unavailable_ncu_is_asked_once_per_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def refusing(ncu: str, node_ids: list[str], *args: object) -> None:
+        calls.append(list(node_ids))
+        raise NcuUnavailable("ncu cannot read GPU counters here: ERR_NVGPUCTRPERM")
+
+    monkeypatch.setattr("pytest_gpuperf.profiling.ncu_capture.capture_session", refusing)
+    ids = ["t.py::test_a[cuda]", "t.py::test_b[cuda]"]
+    ext = _extension(tmp_path, ids)
+    for node_id in ids:
+        with pytest.raises(NcuUnavailable, match="ERR_NVGPUCTRPERM"):
+            ext._session_capture("ncu", node_id)  # type: ignore[attr-defined]
+    assert calls == [ids]

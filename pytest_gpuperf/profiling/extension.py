@@ -39,6 +39,8 @@ class ProfilingSettings:
     ncu_timeout: float
     rootdir: Path
     xdist: bool
+    #: True in an xdist worker: the worker captures its own ncu tests one at a time (it does not know its share).
+    xdist_worker: bool = False
 
 
 def profile_requested(item: pytest.Item, settings: ProfilingSettings) -> bool:
@@ -142,7 +144,7 @@ class ProfilingExtension:
             raise NcuUnavailable(self._ncu_error)
         if self._ncu_session is not None and node_id in self._ncu_session.tests:
             return self._ncu_session
-        together = not self.settings.xdist and node_id in self.ncu_node_ids
+        together = not self.settings.xdist_worker and node_id in self.ncu_node_ids
         node_ids = self.ncu_node_ids if together else [node_id]
         stem = "ncu-session" if together else self._artifact_stem(node_id)
         try:

@@ -102,6 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ncu_timeout=get_option(config, "--gpuperf-ncu-timeout"),
         rootdir=config.rootpath,
         xdist=config.pluginmanager.hasplugin("xdist"),
+        xdist_worker=hasattr(config, "workerinput"),
     )
     store = RoofStore(getattr(config, "cache", None))
     roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
@@ -121,11 +122,12 @@ def gpuperf_profile(request: pytest.FixtureRequest) -> list[StepProfile]:
     return request.node.stash.setdefault(PROFILE_KEY, [])
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Note the perf tests that asked for ncu capture: they are captured together, in one ncu child."""
-    extension = config.stash.get(EXTENSION_KEY, None)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note the selected perf tests that asked for ncu capture: they are captured together, in one ncu child."""
+    extension = session.config.stash.get(EXTENSION_KEY, None)
     if extension is None:
         return
+    items = session.items
     from pytest_gpuperf.profiling.extension import ncu_requested
 
     extension.ncu_node_ids = [

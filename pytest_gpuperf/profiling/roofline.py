@@ -162,8 +162,9 @@ class Roofline:
         side = "FLOPs" if self.compute_share >= self.bandwidth_share else "bytes"
         return (
             f"counting error: the counted {side} give {self.roof_share:.0%} of the measured {self.level} roof, "
-            f"which no device reaches; the {side} counted for this step exceed what it really does "
-            f"(pass measure({'flops' if side == 'FLOPs' else 'bytes_moved'}=...) with the true figure)"
+            f"which no device reaches: the {side} counted for this step exceed what it really does (pass "
+            f"measure({'flops' if side == 'FLOPs' else 'bytes_moved'}=...) with the true figure), or the roof, "
+            "measured again after this step beat it, was measured while the machine was busier than during the step"
         )
 
     def explain(self) -> str:

@@ -13,7 +13,8 @@ backends use the workloads here:
   device properties, CPU LLC from ``/sys/devices/system/cpu``), many calls in a row
   so the data stays resident.
 
-Every calibration is the best of :data:`TRIES` timed tries. Results are kept in
+Every calibration is the best of :data:`TRIES` timed tries, with the CPU thread count and
+clock the timing loop measures CPU steps with. Results are kept in
 pytest's cache (``config.cache``, under ``.pytest_cache/``, which pytest keeps out of
 git) per hardware fingerprint (plus CPU threads). A roof a step beats is re-measured
 once per session (:meth:`RoofProvider.refresh`) and the best of old and new is kept,
@@ -60,10 +61,28 @@ def cache_key(fingerprint: dict[str, Any]) -> str:
     return key
 
 
+def _timed(backend: Backend, fn: Callable[[], object], iters: int) -> float:
+    """Seconds of ``iters`` calls, on the clock the timing loop uses for such a step.
+
+    A one-thread CPU step is timed on the thread's CPU time (the timing loop's
+    ``thread_cpu`` clock), so slices the scheduler gave to other processes count neither
+    in the step nor in its roof; everything else on the backend's own clock.
+    """
+    if backend.name == "cpu":
+        import torch
+
+        if torch.get_num_threads() == 1:
+            started = time.thread_time()
+            for _ in range(iters):
+                fn()
+            return time.thread_time() - started
+    return backend.time_block(fn, iters)
+
+
 def _best_time(backend: Backend, fn: Callable[[], object], iters: int, tries: int = TRIES) -> float:
     """Best per-call seconds over ``tries`` samples of ``iters`` calls (after one warm-up call)."""
-    backend.time_block(fn, 1)
-    return min(backend.time_block(fn, iters) / iters for _ in range(tries))
+    _timed(backend, fn, 1)
+    return min(_timed(backend, fn, iters) / iters for _ in range(tries))
 
 
 def measure_peak_flops(backend: Backend, cls: str) -> dict[str, float]:
@@ -148,6 +167,16 @@ def measure(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
         return custom(what, cls)
     if not backend.runs_torch:
         return None
+    if backend.name == "cpu":  # with the thread count CPU steps are measured with (--gpuperf-cpu-threads)
+        from pytest_gpuperf.cpu_threads import effective, measuring_threads
+
+        with measuring_threads(effective()):
+            return _torch_roof(backend, what, cls)
+    return _torch_roof(backend, what, cls)
+
+
+def _torch_roof(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
+    """One roof of a torch backend, from the workloads of this module."""
     if what == "compute":
         return measure_peak_flops(backend, cls)
     if what == "dram":
