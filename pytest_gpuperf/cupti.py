@@ -15,6 +15,7 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 #: Prefix of the per-step ranges.
 RANGE_PREFIX = "gpuperf_step_"
@@ -44,15 +45,35 @@ def per_range_sums(ranges: Sequence[tuple[int, int]], activities: Sequence[tuple
 
 
 def step_ranges_and_work(events: Sequence[Event]) -> tuple[dict[int, tuple[int, int]], list[tuple[int, int]]]:
-    """The host ranges of our steps by index, and the (start, duration) of every piece of GPU work."""
+    """The host ranges of our steps by index, and the (start, duration) of every piece of GPU work.
+
+    GPU work is a CUDA event of a :data:`DEVICE_WORK` activity type; where torch does not report activity
+    types (torch 2.11's ``_KinetoEvent`` has no ``activity_type``), a CUDA event whose name is also a CPU
+    event's name is taken for the GPU span of a ``record_function`` range and skipped.
+    """
     ranges: dict[int, tuple[int, int]] = {}
+    cpu_names = {name for name, device, _, _, _ in events if device == "CPU"}
     work = []
     for name, device, activity, start, duration in events:
         if device == "CPU" and name.startswith(RANGE_PREFIX) and name[len(RANGE_PREFIX) :].isdigit():
             ranges[int(name[len(RANGE_PREFIX) :])] = (start, start + duration)
-        elif device == "CUDA" and activity in DEVICE_WORK:
+        elif device == "CUDA" and (activity in DEVICE_WORK if activity else name not in cpu_names):
             work.append((start, duration))
     return ranges, work
+
+
+def profiled_events(prof: Any) -> list[Event]:
+    """The events of a finished ``torch.profiler.profile`` as :data:`Event` tuples."""
+    return [
+        (e.name(), e.device_type().name, _activity_type(e), e.start_ns(), e.duration_ns())
+        for e in prof.profiler.kineto_results.events()
+    ]
+
+
+def _activity_type(event: object) -> str:
+    """The kineto activity type of a profiler event ("" where this torch does not say)."""
+    getter = getattr(event, "activity_type", None)
+    return str(getter()) if callable(getter) else ""
 
 
 def kernel_sums(step: Callable[[], object], steps: int) -> tuple[list[float], str]:
@@ -70,10 +91,7 @@ def kernel_sums(step: Callable[[], object], steps: int) -> tuple[list[float], st
                     with record_function(f"{RANGE_PREFIX}{index}"):
                         step()
                         torch.cuda.synchronize()
-            events = [
-                (e.name(), e.device_type().name, e.activity_type(), e.start_ns(), e.duration_ns())
-                for e in prof.profiler.kineto_results.events()
-            ]
+            events = profiled_events(prof)
     except Exception as exc:  # noqa: BLE001 - any profiler failure means "fall back to events"
         return [], f"{type(exc).__name__}: {exc}"
     ranges, activities = step_ranges_and_work(events)

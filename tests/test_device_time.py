@@ -185,3 +185,33 @@ def test_only_gpu_work_counts_not_the_gpu_spans_of_annotations():
     ranges, work = step_ranges_and_work(events)
     assert ranges == {0: (0, 1000), 1: (1000, 2000)}
     assert per_range_sums([ranges[0], ranges[1]], work) == pytest.approx([350e-9, 200e-9])
+
+
+def test_without_activity_types_gpu_spans_named_like_cpu_ranges_are_skipped():
+    # torch 2.11 (the H200's) reports no activity type: the annotation spans are told apart by name.
+    events = [
+        ("gpuperf_step_0", "CPU", "", 0, 1000),
+        ("Optimizer.step#AdamW.step", "CPU", "", 50, 900),
+        ("gpuperf_step_0", "CUDA", "", 100, 800),
+        ("Optimizer.step#AdamW.step", "CUDA", "", 100, 800),
+        ("void multi_tensor_apply_kernel<...>", "CUDA", "", 100, 300),
+        ("Memset (Device)", "CUDA", "", 450, 50),
+    ]
+    ranges, work = step_ranges_and_work(events)
+    assert per_range_sums([ranges[0]], work) == pytest.approx([350e-9])
+
+
+def test_this_torchs_profiler_events_yield_the_step_ranges():
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from pytest_gpuperf.cupti import RANGE_PREFIX, profiled_events
+
+    x = torch.randn(1000)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for index in range(3):
+            with record_function(f"{RANGE_PREFIX}{index}"):
+                x * 2
+    ranges, work = step_ranges_and_work(profiled_events(prof))
+    assert sorted(ranges) == [0, 1, 2] and work == []
+    assert all(end > start for start, end in ranges.values())
