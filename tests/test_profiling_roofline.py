@@ -251,3 +251,11 @@ def test_a_real_cpu_calibration_measures_dram_cache_and_compute_roofs() -> None:
         assert roofs.cache_bytes == cpu_llc_bytes() and roofs.cache_bandwidth and roofs.cache_bandwidth > 1e8
     assert dtype_class("float16", backend) == "bfloat16" and dtype_class("float64", backend) == "float64"
     assert torch.get_num_threads() >= 1
+
+
+def test_a_step_a_few_percent_over_its_roof_is_flagged_as_running_at_the_roof() -> None:
+    n = 8192
+    at_roof = classify(2 * n**3, 3 * n * n * 2, 2 * n**3 / (1.03 * P), ROOFS)
+    assert at_roof.over_roof and at_roof.bound == COMPUTE_BOUND
+    assert "counting error within the roof's noise: the counted FLOPs give 103%" in at_roof.explain()
+    assert "roof share over 100%, not shown" in at_roof.explain()

@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.reporting.plot import (
-    DeviceRoofs,
-    RooflinePoint,
-    cached_roofs,
-    draw_roofline,
-    legend_lines,
-    numbered,
-    step_points,
-)
+from pytest_gpuperf.reporting.plot import DeviceRoofs, RooflinePoint, cached_roofs, draw_roofline, step_points
+from pytest_gpuperf.reporting.plot_labels import legend_lines, number_ranges, numbered
 from pytest_gpuperf.reporting.records import TestRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -120,7 +113,10 @@ def test_a_cache_roof_step_keeps_dram_as_the_dram_roof_and_an_over_roof_point_is
     [point] = step_points(record, roofs)
     assert roofs.bandwidth == 4.5e12 and roofs.cache_bandwidth == 1.2e13 and roofs.cache_name == "L2"
     assert point.flag == "counting error"
-    assert legend_lines([point]) == [" 1  add[cuda] - memory-bound - counting error (over its roof)"]
+    assert legend_lines([point]) == [
+        " 1  add[cuda] - memory-bound",
+        "    ^ counting error: over its roof, not a measurement",
+    ]
 
 
 def test_points_are_numbered_regressions_first_and_listed_beside_the_plot() -> None:
@@ -164,6 +160,16 @@ def crowded_points() -> list[RooflinePoint]:
     return points
 
 
+def _expand(part: str) -> list[int]:
+    low, _, high = part.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def test_number_ranges_compress_runs() -> None:
+    assert number_ranges([18, 3, 4, 16, 17]) == "3,4,16-18"
+    assert number_ranges([5]) == "5" and number_ranges([1, 2]) == "1,2"
+
+
 def test_a_crowded_plot_numbers_every_point_and_no_two_numbers_overlap(tmp_path: Path) -> None:
     import matplotlib
 
@@ -182,12 +188,13 @@ def test_a_crowded_plot_numbers_every_point_and_no_two_numbers_overlap(tmp_path:
     [fig] = drawn
     ax = fig.axes[0]  # type: ignore[attr-defined]
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    numbers = [t for t in ax.texts if t.get_text().replace(",", "").isdigit()]
+    numbers = [t for t in ax.texts if t.get_text().replace(",", "").replace("-", "").isdigit()]
     boxes = [t.get_window_extent(renderer) for t in numbers]
-    assert sorted(int(n) for t in numbers for n in t.get_text().split(",")) == list(range(1, 42))
+    shown = [n for t in numbers for part in t.get_text().split(",") for n in _expand(part)]
+    assert sorted(shown) == list(range(1, 42))
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     listing = "\n".join(t.get_text() for t in fig.texts)  # type: ignore[attr-defined]
-    assert "over[cuda] - memory-bound - counting error (over its roof)" in listing
+    assert "over[cuda] - memory-bound\n    ^ counting error: over its roof, not a measurement" in listing
     assert path.read_bytes().startswith(PNG_MAGIC)
     original(fig)
 

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 CACHE_PREFIX = "gpuperf/roofs/"
 CACHE_VERSION = 2
 TRIES = 5
+#: Tries when a step beat the roof: a roof that was too low gets a more thorough second look.
+REFRESH_TRIES = 3 * TRIES
 #: dtypes calibrated as another (same matrix-unit rate on current GPUs and CPUs).
 DTYPE_CLASS = {"float16": "bfloat16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64"}
 
@@ -85,7 +87,7 @@ def _best_time(backend: Backend, fn: Callable[[], object], iters: int, tries: in
     return min(_timed(backend, fn, iters) / iters for _ in range(tries))
 
 
-def measure_peak_flops(backend: Backend, cls: str) -> dict[str, float]:
+def measure_peak_flops(backend: Backend, cls: str, tries: int = TRIES) -> dict[str, float]:
     """Time a large random matmul in dtype class ``cls``; returns FLOP/s, size and seconds."""
     import torch
 
@@ -94,29 +96,29 @@ def measure_peak_flops(backend: Backend, cls: str) -> dict[str, float]:
     gen = torch.Generator(device="cpu").manual_seed(7)
     a = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
-    seconds = _best_time(backend, lambda: a @ b, iters=1 if backend.name == "cpu" else 3)
+    seconds = _best_time(backend, lambda: a @ b, 1 if backend.name == "cpu" else 3, tries)
     return {"peak_flops": 2.0 * n**3 / seconds, "matmul_n": n, "seconds": seconds}
 
 
-def _copy_rate(backend: Backend, nbytes: int, iters: int) -> dict[str, float]:
+def _copy_rate(backend: Backend, nbytes: int, iters: int, tries: int = TRIES) -> dict[str, float]:
     """Best read + write bandwidth of ``dst.copy_(src)`` over ``nbytes`` of random float32."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(8)
     src = torch.randn(max(1, nbytes // 4), generator=gen).to(backend.device())
     dst = torch.empty_like(src)
-    seconds = _best_time(backend, lambda: dst.copy_(src), iters=iters)
+    seconds = _best_time(backend, lambda: dst.copy_(src), iters, tries)
     return {"bandwidth": 2.0 * src.numel() * 4 / seconds, "copy_bytes": src.numel() * 4, "seconds": seconds}
 
 
-def measure_dram_bandwidth(backend: Backend) -> dict[str, float]:
+def measure_dram_bandwidth(backend: Backend, tries: int = TRIES) -> dict[str, float]:
     """Time a device copy far larger than the caches (read + write of every byte)."""
     nbytes = 128 * 2**20 if backend.name == "cpu" else 2**30
     if backend.name == "cuda":
         import torch
 
         nbytes = min(nbytes, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 8)
-    return _copy_rate(backend, nbytes, iters=1 if backend.name == "cpu" else 5)
+    return _copy_rate(backend, nbytes, 1 if backend.name == "cpu" else 5, tries)
 
 
 def last_level_cache(backend: Backend) -> tuple[str, int] | None:
@@ -150,17 +152,17 @@ def cpu_llc_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> in
     return best_size
 
 
-def measure_cache_bandwidth(backend: Backend) -> dict[str, float] | None:
+def measure_cache_bandwidth(backend: Backend, tries: int = TRIES) -> dict[str, float] | None:
     """Copy bandwidth over a quarter of the last-level cache (source + destination), or None without one."""
     cache = last_level_cache(backend)
     if cache is None:
         return None
     name, size = cache
-    result = _copy_rate(backend, size // 8, iters=20 if backend.name == "cpu" else 200)
+    result = _copy_rate(backend, size // 8, 20 if backend.name == "cpu" else 200, tries)
     return {**result, "cache_bytes": float(size), "cache_name": name}  # type: ignore[dict-item]
 
 
-def measure(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
+def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[str, Any] | None:
     """One roof of ``backend``: ``compute`` (dtype class ``cls``), ``dram`` or ``cache``; None if not measurable."""
     custom = getattr(backend, "measure_roof", None)
     if custom is not None:
@@ -171,17 +173,17 @@ def measure(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
         from pytest_gpuperf.cpu_threads import effective, measuring_threads
 
         with measuring_threads(effective()):
-            return _torch_roof(backend, what, cls)
-    return _torch_roof(backend, what, cls)
+            return _torch_roof(backend, what, cls, tries)
+    return _torch_roof(backend, what, cls, tries)
 
 
-def _torch_roof(backend: Backend, what: str, cls: str) -> dict[str, Any] | None:
+def _torch_roof(backend: Backend, what: str, cls: str, tries: int) -> dict[str, Any] | None:
     """One roof of a torch backend, from the workloads of this module."""
     if what == "compute":
-        return measure_peak_flops(backend, cls)
+        return measure_peak_flops(backend, cls, tries)
     if what == "dram":
-        return measure_dram_bandwidth(backend)
-    return measure_cache_bandwidth(backend)
+        return measure_dram_bandwidth(backend, tries)
+    return measure_cache_bandwidth(backend, tries)
 
 
 class RoofStore:
@@ -263,7 +265,7 @@ class RoofProvider:
             return None
         self._refreshed.add((key, what + cls))
         entry = self._entry(key, fingerprint)
-        new = measure(backend, what, cls)
+        new = measure(backend, what, cls, REFRESH_TRIES)
         old = entry["compute"].get(cls) if what == "compute" else entry.get(what)
         rate = "peak_flops" if what == "compute" else "bandwidth"
         if new is not None and (not old or float(new[rate]) > float(old[rate])):

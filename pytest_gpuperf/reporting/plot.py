@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.reporting.plot_labels import legend_lines, place_numbers
 from pytest_gpuperf.reporting.records import TestRecord, device_key, split_metric, worst_status
 
 INSTALL_HINT = "the roofline plot needs matplotlib: pip install 'pytest-gpuperf[plot]' (or pip install matplotlib)"
@@ -188,82 +189,6 @@ def _slope_label(ax: Any, x: float, bandwidth: float, text: str) -> None:
     )
 
 
-#: Where a point's number may go, in points from the marker: right/left, above/below, then further out.
-_LABEL_SPOTS = [
-    (dx * side, dy, "left" if side > 0 else "right", "bottom" if dy > 0 else "top")
-    for dx, dy in ((7, 4), (7, -4), (7, 16), (7, -16), (7, 28), (7, -28), (18, 0))
-    for side in (1, -1)
-]
-
-
-def numbered(points: list[RooflinePoint]) -> list[tuple[int, RooflinePoint]]:
-    """The points numbered 1..N: regressions and changed bounds first, then by intensity."""
-    ordered = sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity, p.label))
-    return list(enumerate(ordered, start=1))
-
-
-#: Longest step name in the list beside the plot.
-LABEL_WIDTH = 36
-
-
-def legend_lines(points: list[RooflinePoint]) -> list[str]:
-    """One line per numbered point: its name, bound class and any counting-error flag."""
-    lines = []
-    for number, point in numbered(points):
-        label = point.label if len(point.label) <= LABEL_WIDTH else point.label[: LABEL_WIDTH - 3] + "..."
-        text = f"{number:>2}  {label}"
-        if point.bound:
-            text += f" - {point.bound}"
-        if point.flag:
-            text += f" - {point.flag} (over its roof)"
-        lines.append(text)
-    return lines
-
-
-def _place_numbers(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
-    """Write each point's number beside it where it overlaps no marker or earlier number.
-
-    Points that land on the same spot on screen share one label (``3,4``), so a number
-    always has somewhere to go.
-    """
-    from matplotlib.transforms import Bbox
-
-    renderer = fig.canvas.get_renderer()
-    frame = ax.get_window_extent(renderer)
-    groups: list[tuple[tuple[float, float], list[int], RooflinePoint]] = []
-    for number, point in numbered(points):
-        x, y = ax.transData.transform((point.intensity, point.flop_rate))
-        for (gx, gy), numbers, _ in groups:
-            if abs(gx - x) < 9 and abs(gy - y) < 9:
-                numbers.append(number)
-                break
-        else:
-            groups.append(((x, y), [number], point))
-    placed = [Bbox.from_extents(x - 7, y - 7, x + 7, y + 7) for (x, y), _, _ in groups]
-    for _, numbers, point in groups:
-        bad = point.status in ("regression", "changed") or bool(point.flag)
-        text = ",".join(str(n) for n in numbers)
-        for dx, dy, ha, va in _LABEL_SPOTS:
-            note = ax.annotate(
-                text,
-                (point.intensity, point.flop_rate),
-                xytext=(dx, dy),
-                textcoords="offset points",
-                ha=ha,
-                va=va,
-                fontsize=8.5,
-                fontweight="bold",
-                color="#b00000" if bad else "#222222",
-                zorder=6,
-            )
-            box = note.get_window_extent(renderer)
-            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
-            if inside and not any(box.overlaps(other) for other in placed):
-                placed.append(box)
-                break
-            note.remove()  # every spot taken: the list beside the plot still names the point
-
-
 def _draw_roofs(ax: Any, roofs: DeviceRoofs, grid: list[float], y_lo: float) -> None:
     """The compute roofs under the DRAM slope (solid) and the cache's slope (dashed), with their ridges."""
     palette = ["#444444", "#8c564b", "#9467bd", "#17becf"]
@@ -341,7 +266,7 @@ def draw_roofline(
     if unplaced:
         fig.text(0.01, 0.005, "not on the plot: " + "; ".join(unplaced), fontsize=8, color="#555555", wrap=True)
     fig.canvas.draw()
-    _place_numbers(fig, ax, points)
+    place_numbers(fig, ax, points)
     if roofs.bandwidth:  # after the layout: the label's angle follows the slope on screen
         _slope_label(ax, x_lo * 1.6, roofs.bandwidth, f"DRAM roof {_si(roofs.bandwidth, 'B/s')}")
     path.parent.mkdir(parents=True, exist_ok=True)
