@@ -4,15 +4,12 @@
   plus a small absolute slack so a few KiB on a tiny test never fail it;
 * time and throughput: the run's samples against the baseline's stored samples.
   The judged statistic is a low quantile of the per-step times
-  (:data:`~pytest_gpuperf.measure.STAT_QUANTILE`; the mirror quantile for
+  (:data:`~pytest_gpuperf.stats.STAT_QUANTILE`; the mirror quantile for
   throughputs), robust to samples slowed by preemption. The ratio run/baseline
   gets a bootstrap 95% confidence interval; a change is a regression only when
   the point estimate is past the tolerance *and* the interval excludes "no
-  change". When both sides also carry drift-normalized samples (step time /
-  the run's reference-probe time) taken with the same probe, and the probe
-  shows the machine's speed changed by more than half the tolerance, the
-  drift-corrected ratio is judged instead of the raw one: a uniformly slower
-  machine does not fail, and on a steady machine the probe adds no noise;
+  change". Raw ratios only: no probe rescales them (a probe's speed depends on
+  the step that ran before it, so it is no measure of the machine);
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction.
 """
@@ -60,17 +57,6 @@ def ratio_of_quantiles(run: Sequence[float], base: Sequence[float], q: float, se
     low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
     point = float(np.quantile(run_arr, q) / np.quantile(base_arr, q))
     return RatioEstimate(point, float(low), float(high))
-
-
-#: Baselines written before the probe was recorded used the matmul probe.
-LEGACY_REFERENCE = "matmul"
-
-
-def normalized_comparable(reference: str, entry: dict[str, Any]) -> bool:
-    """True when the baseline ``entry`` holds >= 3 ratios to the same drift probe as the run's ``reference``."""
-    if not reference or len(entry.get("normalized") or []) < 3:
-        return False
-    return str(entry.get("reference", LEGACY_REFERENCE)) == reference
 
 
 def _worse_ratio(ratio: float, better: str) -> float:
@@ -146,39 +132,12 @@ def _estimate(run: Sequence[float], base: Sequence[float], q: float, fallback: f
     return RatioEstimate(fallback, fallback, fallback)
 
 
-#: The probe must show the machine's speed changed by more than this fraction of the tolerance before the
-#: drift-corrected ratio replaces the raw one (below it the probe would only add its own noise).
-DRIFT_GATE_FRACTION = 0.5
-#: Fewest drift-normalized samples on each side for the drift correction to be trusted.
-MIN_NORMALIZED = 5
-
-
-def drift_gate(tolerance: float) -> float:
-    """Machine-speed change (probe ratio) beyond which the drift-corrected ratio is judged."""
-    return 1.0 + DRIFT_GATE_FRACTION * tolerance
-
-
 def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, where: str) -> Verdict:
     base_value = float(entry["value"])
     q = judged_quantile(metric.better)
     point = float(metric.value) / base_value if base_value else float("inf")
     shown = _estimate(metric.samples, entry.get("samples") or [], q, point)
     extra = f", 95% CI {format_change(shown.low)}..{format_change(shown.high)}"
-    reference = str(metric.extra.get("reference", LEGACY_REFERENCE if metric.normalized else ""))
-    enough = min(len(metric.normalized), len(entry.get("normalized") or [])) >= MIN_NORMALIZED
-    if enough and normalized_comparable(reference, entry):
-        norm = ratio_of_quantiles(metric.normalized, entry["normalized"], q)
-        drift = shown.ratio / norm.ratio  # (run probe time / baseline probe time), in the metric's direction
-        speed = drift if metric.better == "lower" else 1.0 / drift
-        gate = drift_gate(tolerance)
-        if speed > gate or speed < 1.0 / gate:
-            extra = (
-                f", 95% CI {format_change(norm.low)}..{format_change(norm.high)} drift-corrected: the {reference} "
-                f"probe ran {format_change(speed)} against the baseline; raw {format_change(shown.ratio)}"
-            )
-            shown = norm
-        else:
-            extra += f"; {reference} probe {format_change(speed)}, within the drift gate"
     status = _status(shown.ratio, shown.low, shown.high, metric.better, tolerance)
     if metric.extra.get("budget_exhausted"):
         extra += f"; undecided when the {metric.extra.get('measure_seconds', '?')} s budget ran out"

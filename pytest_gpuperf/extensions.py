@@ -1,44 +1,46 @@
-"""The extension point through which feature modules add metrics to a ``measure()`` call.
+"""What a feature gets about one ``measure()`` call (see :mod:`pytest_gpuperf.hookspecs`).
 
-A feature (roofline verdicts, torch.profiler capture, Nsight Compute capture ...)
-registers an object on the active session in its own ``pytest_configure``::
-
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None:
-        session.extensions.append(MyExtension())
-
-After the core has timed a step and taken its peak memory, each extension's
-``after_measure`` is called in registration order and returns extra metrics,
-which are judged and stored like the core's own.
+A feature plugin implements :func:`~pytest_gpuperf.hookspecs.pytest_gpuperf_after_measure`;
+after the core timed a step and took its peak memory, every implementation receives a
+:class:`MeasureContext` and returns extra metrics, which are judged and stored like the
+core's own. Features never touch the session: baseline questions go to ``context.judging``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.context import TestContext
+    from pytest_gpuperf.judging import Judging
     from pytest_gpuperf.measure import TimingResult
     from pytest_gpuperf.results import Metric
 
 
 @dataclass
 class MeasureContext:
-    """Everything an extension may need about one ``measure()`` call."""
+    """Everything a feature may need about one ``measure()`` call."""
 
-    handle: GpuPerf
+    test: TestContext
     step: Callable[[], object]
     name: str
     timing: TimingResult
     metrics: list[Metric]
+    judging: Judging
     hints: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def handle(self) -> TestContext:
+        """The test's context (``.backend``, ``.node_id``, ``.options``); older name of :attr:`test`."""
+        return self.test
 
-class MeasureExtension(Protocol):
-    """Adds metrics (and artifacts) after the core measured a step."""
+    def baseline_value(self, metric_name: str) -> Any:
+        """The recorded value of one of this test's metrics (None when recording or without a baseline)."""
+        entry = self.judging.entry(self.test, metric_name)
+        return entry.get("value") if entry else None
 
-    def after_measure(self, context: MeasureContext) -> list[Metric]:
-        """Return extra metrics for this step (may be empty)."""
-        ...
+
+#: The narrow callable a :class:`~pytest_gpuperf.fixture.GpuPerf` calls after timing (the hook, or nothing).
+AfterMeasure = Callable[[MeasureContext], list["Metric"]]

@@ -1,11 +1,19 @@
-"""The ``gpuperf`` fixture object: measure a step, record a metric, size work per device."""
+"""The ``gpuperf`` fixture object: measure a step, record a metric, size work per device.
+
+One ``measure()`` call flows one way: plan (:mod:`.plan`) -> time (:mod:`.measure`) ->
+count (feature hooks) -> judge -> store (:mod:`.judging`) -> report (the session's hooks
+read the stored verdicts). The handle holds the frozen :class:`~.context.TestContext`
+and the judging service; it never drives the session.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.context import MARKER_KEYS  # noqa: F401 - re-exported for older imports
 from pytest_gpuperf.results import (
     KIND_CUSTOM,
     KIND_MEMORY,
@@ -17,26 +25,14 @@ from pytest_gpuperf.results import (
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.context import TestContext
+    from pytest_gpuperf.extensions import AfterMeasure
+    from pytest_gpuperf.judging import Judging
     from pytest_gpuperf.measure import MeasureConfig, TimingResult
-    from pytest_gpuperf.session import GpuperfSession
+    from pytest_gpuperf.plan import MeasurePlan
 
 #: Least warm-up on a GPU before sampling (clock ramp-up from idle).
 GPU_WARMUP_SECONDS = 0.3
-
-#: Keys accepted by ``@pytest.mark.gpuperf(...)``.
-MARKER_KEYS = frozenset(
-    {
-        "time_tolerance",
-        "memory_tolerance",
-        "tolerance",
-        "tolerances",
-        "max_time",
-        "min_samples",
-        "precision",
-        "bound",
-        "informational",
-    }
-)
 
 
 @dataclass
@@ -53,25 +49,48 @@ class Measurement:
         return self.metrics[key] if key in self.metrics else self.metrics[f"{self.name}.{key}"]
 
 
+def check_measure_args(
+    node_id: str, name: str, items: float | None, flops: float | None, bytes_moved: float | None
+) -> None:
+    """Refuse arguments that would switch a gate off or make no sense, naming the test and the argument."""
+    if not isinstance(name, str) or not name or name.strip() != name:
+        raise ValueError(f"{node_id}: gpuperf.measure(name={name!r}): expected a non-empty name without spaces around")
+    for key, value in (("items", items), ("flops", flops), ("bytes_moved", bytes_moved)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(
+                f"{node_id}: gpuperf.measure({key}={value!r}): expected a finite number > 0 per step "
+                f"(or leave it out); {key}=0 would turn its metric into a division by zero"
+            )
+
+
 class GpuPerf:
     """Per-test handle returned by the ``gpuperf`` fixture."""
 
-    def __init__(self, node_id: str, backend: Backend, session: GpuperfSession | None, marker_kwargs: dict[str, Any]):
-        unknown = set(marker_kwargs) - MARKER_KEYS
-        if unknown:
-            import pytest
-
-            pytest.fail(
-                f"{node_id}: @pytest.mark.gpuperf got unknown argument(s) {sorted(unknown)}; "
-                f"known: {sorted(MARKER_KEYS)}",
-                pytrace=False,
-            )
-        self.node_id = node_id
-        self.backend = backend
-        self.session = session
-        self.options = marker_kwargs
+    def __init__(
+        self, context: TestContext, judging: Judging | None = None, after_measure: AfterMeasure | None = None
+    ) -> None:
+        self.context = context
+        self.judging = judging
+        self._after_measure = after_measure
         self.measurements: list[Measurement] = []
         self.metrics: list[Metric] = []
+
+    @property
+    def node_id(self) -> str:
+        """The test's node id."""
+        return self.context.node_id
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this test instance runs on."""
+        return self.context.backend
+
+    @property
+    def options(self) -> Any:
+        """The test's ``@pytest.mark.gpuperf(...)`` options (read-only)."""
+        return self.context.options
 
     @property
     def device(self) -> Any:
@@ -86,7 +105,7 @@ class GpuPerf:
     @property
     def enabled(self) -> bool:
         """True under ``--gpuperf``; False in smoke mode (step runs once, nothing judged)."""
-        return self.session is not None
+        return self.judging is not None
 
     def pick(self, default: Any = None, **per_backend: Any) -> Any:
         """Size work by device: ``gpuperf.pick(cpu=256, cuda=4096)`` (``default`` for the rest)."""
@@ -99,11 +118,10 @@ class GpuPerf:
             )
         return default
 
-    def _measure_config(self) -> MeasureConfig:
-        from dataclasses import replace
-
-        assert self.session is not None
-        config = self.session.settings.measure
+    def measure_config(self) -> MeasureConfig:
+        """The measuring loop's settings for this test: the session's, with the marker's overrides."""
+        assert self.judging is not None
+        config = self.judging.settings.measure
         overrides = {key: self.options[key] for key in ("max_time", "min_samples") if key in self.options}
         if "precision" in self.options:
             overrides["target_precision"] = self.options["precision"]
@@ -130,9 +148,16 @@ class GpuPerf:
         (bytes, when ``memory``), ``<name>.throughput`` (``items`` per step as
         ``unit``/s, judged instead of time when given), and ``flop_rate`` /
         ``bandwidth`` when ``flops`` / ``bytes_moved`` per step are known.
-        Without ``--gpuperf`` the step runs once as a smoke test.
+        Without ``--gpuperf`` the step runs once as a smoke test. A name may be
+        measured once per test.
         """
-        if self.session is None:
+        check_measure_args(self.node_id, name, items, flops, bytes_moved)
+        if any(m.name == name for m in self.measurements):
+            raise ValueError(
+                f"{self.node_id}: gpuperf.measure(name={name!r}) was already called in this test; "
+                "give each measured step its own name (name='forward', name='backward', ...)"
+            )
+        if self.judging is None:
             step()
             self.backend.synchronize()
             measurement = Measurement(name=name, smoke=True)
@@ -141,43 +166,60 @@ class GpuPerf:
         from pytest_gpuperf.measure import measure_time
         from pytest_gpuperf.plan import plan_measure
 
+        judging = self.judging
+        plan = plan_measure(self.context, judging, self.measure_config(), name, items)
         peak = None
         if memory:
-            # Before the drift probes exist (they are released after every measure()), so the peak is the step's
-            # own: one warm-up call first, so lazy one-time allocations do not stand in for the steady state.
-            step()
+            step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state
             peak = self.backend.measure_peak_memory(step)
-        plan = plan_measure(self, step, self._measure_config(), name, items, flops, bytes_moved)
-        timing = measure_time(self.backend, step, plan.config, plan.probe, plan.stop_rule)
+        timing = measure_time(self.backend, step, plan.config, None, plan.stop_rule)
         metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
         if peak is not None:
-            metrics.append(
-                Metric(
-                    f"{name}.peak_memory", peak, "B", "lower", KIND_MEMORY, extra={"note": self.backend.memory_note()}
-                )
-            )
-        if self.session.extensions:
-            from pytest_gpuperf.extensions import MeasureContext
-
-            hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
-            context = MeasureContext(self, step, name, timing, list(metrics), hints)
-            for extension in self.session.extensions:
-                metrics.extend(extension.after_measure(context))
-        verdicts = self.session.judge(self, metrics)
-        if self.session.should_confirm(verdicts):
-            timing = measure_time(self.backend, step, plan.config, plan.probe, plan.stop_rule)
-            retimed = {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
-            metrics = [retimed.get(m.name, m) for m in metrics]
-            for metric in metrics:
-                metric.extra["confirmed"] = True
-            verdicts = self.session.judge(self, metrics)
-        del plan
-        self.session.release_probes(self.backend)
-        self.session.store(self, verdicts)
+            note = {"note": self.backend.memory_note()}
+            metrics.append(Metric(f"{name}.peak_memory", peak, "B", "lower", KIND_MEMORY, extra=note))
+        hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
+        metrics += self._counted(step, name, timing, metrics, hints)
+        verdicts = judging.judge(self.context, metrics)
+        if judging.wants_confirmation(verdicts):
+            metrics, timing = self._confirm(step, name, plan, metrics, items, unit, flops, bytes_moved)
+            verdicts = judging.judge(self.context, metrics)
+        judging.store(self.context, verdicts)
         measurement = Measurement(name=name, metrics={m.name: m for m in metrics}, timing=timing)
         self.measurements.append(measurement)
         self.metrics.extend(metrics)
         return measurement
+
+    def _counted(
+        self, step: Callable[[], object], name: str, timing: TimingResult, metrics: list[Metric], hints: dict[str, Any]
+    ) -> list[Metric]:
+        """Metrics the features add (bound verdicts, profiler numbers) through the after-measure hook."""
+        if self._after_measure is None or self.judging is None:
+            return []
+        from pytest_gpuperf.extensions import MeasureContext
+
+        context = MeasureContext(self.context, step, name, timing, list(metrics), self.judging, hints)
+        return list(self._after_measure(context))
+
+    def _confirm(
+        self,
+        step: Callable[[], object],
+        name: str,
+        plan: MeasurePlan,
+        metrics: list[Metric],
+        items: float | None,
+        unit: str,
+        flops: float | None,
+        bytes_moved: float | None,
+    ) -> tuple[list[Metric], TimingResult]:
+        """Time a suspected regression once more; its timing metrics replace the first ones."""
+        from pytest_gpuperf.measure import measure_time
+
+        timing = measure_time(self.backend, step, plan.config, None, plan.stop_rule)
+        retimed = {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
+        confirmed = [retimed.get(m.name, m) for m in metrics]
+        for metric in confirmed:
+            metric.extra["confirmed"] = True
+        return confirmed, timing
 
     def _timing_metrics(
         self,
@@ -188,18 +230,22 @@ class GpuPerf:
         flops: float | None,
         bytes_moved: float | None,
     ) -> list[Metric]:
-        median = timing.typical  # the judged statistic (a low quantile, see measure.STAT_QUANTILE)
+        from pytest_gpuperf.judging import judged_timing_metric
+
+        typical = timing.typical  # the judged statistic (a low quantile, see stats.STAT_QUANTILE)
         extra: dict[str, Any] = timing.summary()
+        extra.pop("reference", None)
+        judged, _ = judged_timing_metric(name, items)
+        time_name = f"{name}.time"
         metrics = [
             Metric(
-                f"{name}.time",
-                median,
+                time_name,
+                typical,
                 "s",
                 "lower",
                 KIND_TIME,
                 samples=list(timing.samples),
-                normalized=list(timing.normalized),
-                judged=items is None,
+                judged=judged == time_name,
                 extra=extra,
             )
         ]
@@ -207,20 +253,20 @@ class GpuPerf:
             metrics.append(
                 Metric(
                     f"{name}.throughput",
-                    items / median,
+                    items / typical,
                     f"{unit}/s",
                     "higher",
                     KIND_THROUGHPUT,
-                    samples=[items / s for s in timing.samples],
-                    normalized=[1.0 / r for r in timing.normalized if r > 0],
-                    extra=extra,
+                    samples=[items / s for s in timing.samples if s > 0],
+                    judged=judged == f"{name}.throughput",
+                    extra=dict(extra),
                 )
             )
         if flops:
-            metrics.append(Metric(f"{name}.flop_rate", flops / median, "FLOP/s", "higher", KIND_CUSTOM, judged=False))
+            metrics.append(Metric(f"{name}.flop_rate", flops / typical, "FLOP/s", "higher", KIND_CUSTOM, judged=False))
         if bytes_moved:
             metrics.append(
-                Metric(f"{name}.bandwidth", bytes_moved / median, "B/s", "higher", KIND_CUSTOM, judged=False)
+                Metric(f"{name}.bandwidth", bytes_moved / typical, "B/s", "higher", KIND_CUSTOM, judged=False)
             )
         return metrics
 
@@ -239,6 +285,28 @@ class GpuPerf:
             kind = KIND_MEMORY
         metric = Metric(name, value, unit, better, kind)
         self.metrics.append(metric)
-        if self.session is not None:
-            self.session.store(self, self.session.judge(self, [metric]))
+        if self.judging is not None:
+            self.judging.store(self.context, self.judging.judge(self.context, [metric]))
         return metric
+
+
+def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:
+    """The ``gpuperf`` handle of a test item: its frozen context, the session's judging service and hooks."""
+    import pytest
+
+    from pytest_gpuperf.context import MarkerError, build_context
+    from pytest_gpuperf.keys import SESSION_KEY, WORLD_SIZE_KEY
+
+    try:
+        context = build_context(item.nodeid, backend, marker_kwargs, item.stash.get(WORLD_SIZE_KEY, None))
+    except MarkerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return GpuPerf(context)
+    hook = item.config.hook.pytest_gpuperf_after_measure
+
+    def after_measure(measured: Any) -> list[Metric]:
+        return [metric for metrics in hook(context=measured) for metric in (metrics or [])]
+
+    return GpuPerf(context, session.judging, after_measure)

@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.backends.base import Backend  # noqa: F401 - used in a StashKey's string type
     from pytest_gpuperf.session import GpuperfSession  # noqa: F401 - used in the StashKey's string type
 
 #: The active measuring session; present only under ``--gpuperf`` / ``--gpuperf-update``.
 SESSION_KEY = pytest.StashKey["GpuperfSession"]()
+#: On a test item: the backend this instance runs on (set by the ``gpuperf_backend`` fixture).
+BACKEND_KEY = pytest.StashKey["Backend"]()
+#: On a test item: the world size its metrics are judged under (set by the distributed feature before setup).
+WORLD_SIZE_KEY = pytest.StashKey[int]()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.keys import BACKEND_KEY, SESSION_KEY
 from pytest_gpuperf.settings import add_options, check_all_options, get_option, resolve_settings, selected_backends
 
 if TYPE_CHECKING:
@@ -42,6 +42,13 @@ MARKERS = (
     "gpuperf_backends(*names): backends this perf test supports (cuda, mps, vulkan, cpu, or a plugin's); "
     "it runs once per selected available backend and is skipped with the reason where a backend is absent",
 )
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the hooks feature plugins implement (:mod:`pytest_gpuperf.hookspecs`)."""
+    from pytest_gpuperf import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -115,7 +122,7 @@ def gpuperf_backend(request: pytest.FixtureRequest) -> Backend:
     if name is None:
         raise pytest.UsageError("gpuperf_backend is parametrized by pytest-gpuperf; request it from a test function")
     backend = get_backend(name)
-    request.node._gpuperf_backend = backend
+    request.node.stash[BACKEND_KEY] = backend
     return backend
 
 
@@ -130,11 +137,10 @@ def gpuperf(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> Iterato
     ``gpuperf.pick(cpu=..., cuda=...)`` sizes work per device. Without ``--gpuperf``
     each step runs once as a smoke test.
     """
-    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.fixture import handle_for
 
     marker = request.node.get_closest_marker("gpuperf")
     kwargs: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
-    session = request.config.stash.get(SESSION_KEY, None)
-    handle = GpuPerf(request.node.nodeid, gpuperf_backend, session, kwargs)
+    handle = handle_for(request.node, gpuperf_backend, kwargs)
     yield handle
     gpuperf_backend.reset_state()

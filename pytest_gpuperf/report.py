@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_gpuperf.units import format_change, format_value
-
-if TYPE_CHECKING:
-    from pytest_gpuperf.session import GpuperfSession
 
 STATUS_WORDS = {
     "regression": "REGRESSION",
@@ -17,6 +14,7 @@ STATUS_WORDS = {
     "new": "no baseline",
     "recorded": "recorded",
     "info": "-",
+    "inconclusive": "inconclusive",
 }
 
 
@@ -52,7 +50,7 @@ def metric_section(verdicts: list[dict[str, Any]]) -> str:
     return "\n".join(render_table([_row(v) for v in verdicts], HEADER))
 
 
-def write_terminal_summary(terminalreporter: Any, session: GpuperfSession) -> None:
+def write_terminal_summary(terminalreporter: Any, session: Any) -> None:
     """Write the ``gpuperf`` summary: a table per test, then what to do about new or improved metrics."""
     tr = terminalreporter
     for error in session.update_errors:

@@ -27,8 +27,7 @@ class Metric:
     """One measured quantity of one test, for example ``step.peak_memory``.
 
     ``samples`` holds the repeated observations the value summarises (per-step
-    times, per-step throughputs); ``normalized`` holds the same samples divided
-    by an interleaved reference workload, which cancels machine drift.
+    times, per-step throughputs).
     """
 
     name: str
@@ -37,7 +36,6 @@ class Metric:
     better: Better = "lower"
     kind: str = KIND_CUSTOM
     samples: list[float] = field(default_factory=list)
-    normalized: list[float] = field(default_factory=list)
     judged: bool = True
     tolerance: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -65,3 +63,29 @@ class Verdict:
     def failed(self) -> bool:
         """True when this verdict should fail the test."""
         return self.status in ("regression", "changed")
+
+
+#: Attribute of a call-phase ``TestReport`` that carries the test's verdicts (survives pytest-xdist).
+REPORT_ATTR = "gpuperf"
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """A JSON-able form of a verdict, carried on the test report (survives pytest-xdist)."""
+    metric = verdict.metric
+    return {
+        "metric": metric.name,
+        "label": metric.label(),
+        "value": metric.value,
+        "unit": metric.unit,
+        "better": metric.better,
+        "kind": metric.kind,
+        "status": verdict.status,
+        "baseline": verdict.baseline,
+        "ratio": verdict.ratio,
+        "ci": list(verdict.ci) if verdict.ci else None,
+        "tolerance": verdict.tolerance,
+        "message": verdict.message,
+        "samples": len(metric.samples),
+        "sample_values": list(metric.samples),  # raw samples, for the JSON report (pytest-benchmark stats)
+        "extra": {k: v for k, v in metric.extra.items() if isinstance(v, (int, float, str, bool))},
+    }

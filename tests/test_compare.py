@@ -1,11 +1,11 @@
-"""Judging time samples against a baseline's distribution: quantile ratios, CIs and the drift cross-check."""
+"""Judging time samples against a baseline's distribution: quantile ratios, CIs, raw ratios (no drift rescaling)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pytest_gpuperf.compare import judge, judged_quantile, normalized_comparable, ratio_of_quantiles
+from pytest_gpuperf.compare import judge, judged_quantile, ratio_of_quantiles
 from pytest_gpuperf.measure import STAT_QUANTILE, quantile
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric
 
@@ -17,20 +17,19 @@ def _noisy(center: float, n: int, seed: int, spread: float = 0.01) -> list[float
     return [float(v) for v in center * (1.0 + spread * rng.standard_normal(n))]
 
 
-def _time_metric(samples: list[float], normalized: list[float] | None = None, reference: str = "matmul") -> Metric:
-    extra = {"reference": reference} if normalized else {}
+def _time_metric(samples: list[float]) -> Metric:
     value = quantile(samples, STAT_QUANTILE)
-    return Metric("step.time", value, "s", "lower", KIND_TIME, samples, normalized or [], extra=extra)
+    return Metric("step.time", value, "s", "lower", KIND_TIME, samples)
 
 
-def _entry(samples: list[float], normalized: list[float] | None = None, reference: str | None = "matmul") -> dict:
-    entry = {"value": quantile(samples, STAT_QUANTILE), "unit": "s", "better": "lower", "kind": "time"}
-    entry["samples"] = samples
-    if normalized:
-        entry["normalized"] = normalized
-        if reference:
-            entry["reference"] = reference
-    return entry
+def _entry(samples: list[float]) -> dict:
+    return {
+        "value": quantile(samples, STAT_QUANTILE),
+        "unit": "s",
+        "better": "lower",
+        "kind": "time",
+        "samples": samples,
+    }
 
 
 def test_the_ratio_of_quantiles_has_a_ci_around_the_true_ratio():
@@ -61,49 +60,19 @@ def test_noise_alone_is_unchanged_even_when_the_point_estimate_is_past_tolerance
     assert verdict.status == "unchanged"
 
 
-def test_a_uniformly_slower_machine_is_not_a_regression_when_the_probe_slowed_too():
-    base = _noisy(1.0, 30, 6)
-    run = _noisy(1.5, 30, 7)  # everything 1.5x slower: raw says regression
-    base_norm = [s / 0.5 for s in base]  # probe took 0.5 then ...
-    run_norm = [s / 0.75 for s in run]  # ... and 0.75 now: the drift-corrected ratio is ~1
-    verdict = judge(_time_metric(run, run_norm), _entry(base, base_norm), 0.05, WHERE)
-    assert verdict.status == "unchanged"
-    assert verdict.ratio == pytest.approx(1.0, abs=0.02)
-    assert "drift-corrected: the matmul probe ran +50" in verdict.message
-
-
-def test_a_machine_that_got_faster_does_not_hide_a_regression():
-    base = _noisy(1.0, 30, 16)
-    run = _noisy(1.0, 30, 17)  # raw: unchanged, but the probe now runs in 0.35 instead of 0.5
-    verdict = judge(_time_metric(run, [s / 0.35 for s in run]), _entry(base, [s / 0.5 for s in base]), 0.05, WHERE)
-    assert verdict.status == "regression"
-    assert verdict.ratio == pytest.approx(0.5 / 0.35, rel=0.03)
-
-
-def test_on_a_steady_machine_raw_times_are_judged_and_the_probe_adds_no_noise():
-    base = _noisy(1.0, 30, 8)
-    run = _noisy(1.3, 30, 9)
-    base_norm = [s / 0.5 for s in base]
-    run_norm = [s / 0.505 for s in run]  # the probe moved 1%: inside the drift gate (half the tolerance)
-    verdict = judge(_time_metric(run, run_norm), _entry(base, base_norm), 0.05, WHERE)
-    assert verdict.status == "regression"
-    assert verdict.ratio == pytest.approx(quantile(run, STAT_QUANTILE) / quantile(base, STAT_QUANTILE))
-    assert "within the drift gate" in verdict.message
-
-
-def test_normalized_samples_of_another_probe_are_ignored():
+def test_old_baselines_with_drift_normalized_samples_are_judged_on_raw_times():
     base = _noisy(1.0, 30, 10)
     run = _noisy(1.3, 30, 11)
-    entry = _entry(base, [s / 0.5 for s in base], reference="copy")
-    verdict = judge(_time_metric(run, [s / 0.1 for s in run], reference="matmul"), entry, 0.05, WHERE)
-    assert verdict.status == "regression"  # judged on raw times only
-    assert "drift-corrected" not in verdict.message
-    assert normalized_comparable("copy", entry) and not normalized_comparable("matmul", entry)
+    entry = {**_entry(base), "normalized": [s / 0.5 for s in base], "reference": "copy"}
+    verdict = judge(_time_metric(run), entry, 0.05, WHERE)
+    assert verdict.status == "regression"  # a probe's ratio never rescales the judged one
+    assert "drift" not in verdict.message and "probe" not in verdict.message
 
 
-def test_baselines_without_a_probe_name_were_taken_with_the_matmul_probe():
-    assert normalized_comparable("matmul", _entry([1.0] * 3, [2.0] * 3, reference=None))
-    assert not normalized_comparable("copy", _entry([1.0] * 3, [2.0] * 3, reference=None))
+def test_a_uniformly_slower_run_is_a_regression_no_probe_excuses_it():
+    verdict = judge(_time_metric(_noisy(1.5, 30, 7)), _entry(_noisy(1.0, 30, 6)), 0.05, WHERE)
+    assert verdict.status == "regression"
+    assert verdict.ratio == pytest.approx(1.5, rel=0.03)
 
 
 def test_throughput_drop_is_a_regression_and_a_rise_an_improvement():

@@ -295,7 +295,7 @@ def test_informational_metrics_are_recorded_and_shown_but_never_fail(
     source = PERF_TEST.replace(
         "def test_scaled_matmul(gpuperf):",
         "import pytest\n\n"
-        "@pytest.mark.gpuperf(informational={{'cpu': ('peak_memory', 'throughput')}})\n"
+        "@pytest.mark.gpuperf(informational={{'cpu': ('peak_memory', 'throughput', 'bound')}})\n"
         "def test_scaled_matmul(gpuperf):",
     )
     pytester.makepyfile(test_perf=source.format(work=1, alloc=1))

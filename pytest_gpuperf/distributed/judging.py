@@ -1,4 +1,4 @@
-"""Hand metrics that came from N ranks to the session, under the fingerprint of an N-rank world."""
+"""Hand metrics that came from N ranks to the judging service, under the fingerprint of an N-rank world."""
 
 from __future__ import annotations
 
@@ -11,26 +11,25 @@ if TYPE_CHECKING:
 
 def mark_world(item: Any, handle: GpuPerf | None, world_size: int) -> None:
     """Make the baseline file of ``item`` the one of a ``world_size``-rank world (``...-ws<N>.yaml``)."""
-    item._gpuperf_world_size = world_size
-    if handle is not None:
-        handle.world_size = world_size  # type: ignore[attr-defined]
+    from pytest_gpuperf.keys import WORLD_SIZE_KEY
+
+    item.stash[WORLD_SIZE_KEY] = world_size
 
 
 def judge_world_metrics(item: Any, handle: GpuPerf | None, world_size: int, metrics: list[Metric]) -> None:
     """Judge and store ``metrics`` for ``item`` (nothing in smoke mode); the core's report hook fails regressions."""
     mark_world(item, handle, world_size)
-    if handle is None or handle.session is None or not metrics:
+    if handle is None or handle.judging is None or not metrics:
         return
-    session = handle.session
-    verdicts = session.judge(handle, metrics)
-    session.store(handle, verdicts)
+    context = handle.context.in_world(world_size)
+    handle.judging.store(context, handle.judging.judge(context, metrics))
     handle.metrics.extend(metrics)
 
 
 def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
     """Imbalance is as noisy as time on this backend: judge it with the backend's time tolerance."""
-    if handle is None or handle.session is None:
+    if handle is None or handle.judging is None:
         return None
-    from pytest_gpuperf.results import KIND_TIME, Metric
+    from pytest_gpuperf.results import KIND_TIME
 
-    return float(handle.session.tolerance_for(handle, Metric("imbalance.time", 0.0, "s", kind=KIND_TIME)))
+    return handle.judging.tolerance(handle.context, "imbalance.time", KIND_TIME)

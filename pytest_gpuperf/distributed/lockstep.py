@@ -30,6 +30,8 @@ from pytest_gpuperf.fixture import GpuPerf, Measurement
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.context import TestContext
+    from pytest_gpuperf.judging import Judging
     from pytest_gpuperf.measure import MeasureConfig
 
 
@@ -76,16 +78,18 @@ def lockstep_config(config: MeasureConfig, seconds_per_call: float) -> MeasureCo
 class LockstepGpuPerf(GpuPerf):
     """The ``gpuperf`` handle of a rank: measures like the core's, with decisions all ranks share."""
 
-    def __init__(self, node_id: str, backend: Backend, session: Any, marker_kwargs: dict[str, Any]) -> None:
-        super().__init__(node_id, LockstepBackend(backend), session, marker_kwargs)  # type: ignore[arg-type]
+    def __init__(self, context: TestContext, judging: Judging | None) -> None:
+        lockstep = replace(context, backend=LockstepBackend(context.backend))  # type: ignore[arg-type]
+        super().__init__(lockstep, judging)
         self._seconds_per_call = 0.0
 
     def measure(self, step: Callable[[], object], **kwargs: Any) -> Measurement:
         """Time two calls first (the slowest rank's second call sizes the sample count), then measure."""
-        if self.session is not None:
+        if self.judging is not None:
             self.backend.time_block(step, 1)
             self._seconds_per_call = self.backend.time_block(step, 1)
         return super().measure(step, **kwargs)
 
-    def _measure_config(self) -> MeasureConfig:
-        return lockstep_config(super()._measure_config(), self._seconds_per_call)
+    def measure_config(self) -> MeasureConfig:
+        """The core's settings with every clock-based decision replaced by a count all ranks share."""
+        return lockstep_config(super().measure_config(), self._seconds_per_call)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.keys import WORLD_SIZE_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ MARKER = (
     "time/throughput and the imbalance between ranks"
 )
 MANAGER_KEY = pytest.StashKey["PoolManager"]()
+#: On a test item: where its distributed body runs (set in setup, before its fixtures).
+SPEC_KEY = pytest.StashKey["DistSpec"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,13 +83,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     problem = world_size_problem(spec.backend, spec.world_size)
     if problem is not None:
         pytest.skip(problem)
-    item._gpuperf_dist_spec = spec  # type: ignore[attr-defined]
+    item.stash[SPEC_KEY] = spec
+    item.stash[WORLD_SIZE_KEY] = spec.world_size  # the gpuperf fixture judges it as this world
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run a ``gpuperf_distributed`` test's body on its ranks instead of in this process."""
-    spec = getattr(pyfuncitem, "_gpuperf_dist_spec", None)
+    spec = pyfuncitem.stash.get(SPEC_KEY, None)
     if spec is None:
         return None
     from pytest_gpuperf.distributed.env import outer_launch
@@ -112,7 +115,7 @@ def gpuperf_rank(request: pytest.FixtureRequest) -> Any:
     default process group already joined; in the pytest process this fixture only
     checks that the test carries the marker.
     """
-    spec = getattr(request.node, "_gpuperf_dist_spec", None)
+    spec = request.node.stash.get(SPEC_KEY, None)
     if spec is None:
         raise pytest.UsageError(
             f"{request.node.nodeid}: gpuperf_rank is only available in tests marked "
@@ -155,19 +158,21 @@ def _close_all(config: pytest.Config, graceful: bool) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Stop every rank (at once after Ctrl-C); on ranks other than 0 of an outer launch, drop baseline updates."""
+    """Stop every rank (at once after Ctrl-C)."""
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     if interrupted and _uses_workers(session.config):
         from pytest_gpuperf.distributed.interrupt import arm_second_interrupt
 
         arm_second_interrupt(session.config, lambda: _close_all(session.config, graceful=False))
     _close_all(session.config, graceful=not interrupted)
+
+
+def pytest_gpuperf_write_baselines(config: pytest.Config) -> bool | None:
+    """On ranks other than 0 of an outer launch, write no baselines (rank 0 writes the world's)."""
     from pytest_gpuperf.distributed.env import outer_launch
 
     launch = outer_launch()
-    gpuperf_session = session.config.stash.get(SESSION_KEY, None)
-    if launch is not None and launch.rank != 0 and gpuperf_session is not None:
-        gpuperf_session.pending_updates.clear()
+    return False if launch is not None and launch.rank != 0 else None
 
 
 def _uses_workers(config: pytest.Config) -> bool:

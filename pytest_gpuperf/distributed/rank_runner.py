@@ -29,40 +29,22 @@ from pytest_gpuperf.distributed.tasks import (
     RankResult,
     RankTask,
 )
-from pytest_gpuperf.results import Verdict
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.fixture import GpuPerf
-    from pytest_gpuperf.results import Metric
-    from pytest_gpuperf.session import GpuperfSession
-    from pytest_gpuperf.settings import Settings
+    from pytest_gpuperf.judging import CollectingJudging
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
-def rank_session(settings: Settings) -> GpuperfSession:
-    """A session for one rank: measures like the pytest process's (same settings, baselines, probes),
-    but collects metrics in ``.metrics`` instead of judging them."""
-    from pytest_gpuperf.session import GpuperfSession
+def rank_judging(task: RankTask) -> CollectingJudging | None:
+    """The judging service of a rank: the task's settings and the entries the pytest process sent; collects
+    metrics instead of judging them (the world is judged once). None in smoke mode."""
+    if task.settings is None:
+        return None
+    from pytest_gpuperf.judging import CollectingJudging, FixedBaselines
 
-    class RankSession(GpuperfSession):
-        """Stands in for the session inside a rank; judging happens once, for the whole world."""
-
-        def __init__(self) -> None:
-            super().__init__(None, settings)  # type: ignore[arg-type] - no pytest config on a rank
-            self.metrics: list[Metric] = []
-
-        def judge(self, handle: GpuPerf, metrics: list[Metric]) -> list[Verdict]:
-            return [Verdict(metric, "info") for metric in metrics]
-
-        def should_confirm(self, verdicts: list[Verdict]) -> bool:
-            return False
-
-        def store(self, handle: GpuPerf, verdicts: list[Verdict]) -> None:
-            self.metrics.extend(v.metric for v in verdicts)
-
-    return RankSession()
+    return CollectingJudging(task.settings, FixedBaselines(task.baseline_entries, task.baseline_fingerprint))
 
 
 def resolve_function(task: RankTask) -> Any:
@@ -161,20 +143,21 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
     """
     import pytest
 
+    from pytest_gpuperf.context import build_context
     from pytest_gpuperf.distributed.lockstep import LockstepGpuPerf
     from pytest_gpuperf.fixture import GpuPerf
 
     started = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
-    collector = rank_session(task.settings) if task.settings is not None else None
+    collector = rank_judging(task)
     result = RankResult(rank=info.rank, status=STATUS_OK)
     try:
         reset_state(task.seed, task.backend)
         func = resolve_function(task)
         kwargs = dict(task.kwargs)
         if "gpuperf" in task.wants:
-            handle_type = LockstepGpuPerf if task.lockstep else GpuPerf
-            kwargs["gpuperf"] = handle_type(task.node_id, backend, collector, dict(task.gpuperf_options))
+            context = build_context(task.node_id, backend, task.gpuperf_options, info.world_size)
+            kwargs["gpuperf"] = LockstepGpuPerf(context, collector) if task.lockstep else GpuPerf(context, collector)
         if "gpuperf_rank" in task.wants:
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:
@@ -191,6 +174,6 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
         result.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         result.memory = memory_numbers(task.backend, info.local_rank)
     result.seconds = time.perf_counter() - started
-    result.metrics = list(collector.metrics) if collector is not None else []  # type: ignore[attr-defined]
+    result.metrics = list(collector.metrics) if collector is not None else []
     result.stdout, result.stderr = out.getvalue(), err.getvalue()
     return result

@@ -54,6 +54,8 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
                 f"{exc}. Such tests may take picklable fixtures and parameters only; build other objects in the body."
             ) from None
     marker = item.get_closest_marker("gpuperf")
+    handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
+    judging = handle.judging if handle is not None and settings is not None else None  # its entries travel too
     return RankTask(
         node_id=item.nodeid,
         module_name=item.module.__name__,
@@ -64,6 +66,8 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
         wants=wants,
         gpuperf_options=dict(marker.kwargs) if marker is not None else {},
         settings=settings,
+        baseline_entries=judging.entries(handle.context) if judging is not None else {},
+        baseline_fingerprint=judging.fingerprint(handle.context) if judging is not None else {},
         seed=zlib.crc32(item.nodeid.encode()) & 0x7FFFFFFF,
         sys_path=[p for p in sys.path if p],
         lockstep=lockstep,
@@ -73,7 +77,7 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
 def build_task(item: pytest.Function, backend: str) -> RankTask:
     """:func:`task_for` a distributed test; a body that cannot travel fails the test with the reason."""
     handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
-    settings = handle.session.settings if handle is not None and handle.session is not None else None
+    settings = handle.judging.settings if handle is not None and handle.judging is not None else None
     try:
         return task_for(item, backend, settings)
     except TaskError as exc:

@@ -35,6 +35,10 @@ class RankTask:
     wants: tuple[str, ...] = ()
     gpuperf_options: dict[str, Any] = field(default_factory=dict)
     settings: Settings | None = None
+    #: The test's baseline entries and fingerprint as the pytest process's judging service sees them
+    #: (under ``--gpuperf-baseline-ref`` the ref's), so the ranks plan against what will judge them.
+    baseline_entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baseline_fingerprint: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     sys_path: list[str] = field(default_factory=list)
     #: The ``gpuperf`` handle measures in lockstep across ranks (False: as in the pytest process).

@@ -1,6 +1,7 @@
 """The ``measure()`` extension of the profiling feature: bound verdicts, torch.profiler and ncu capture.
 
-Registered on the active session by :mod:`pytest_gpuperf.profiling.plugin`. For every
+Registered as a plugin by :mod:`pytest_gpuperf.profiling.plugin` (it implements the
+``pytest_gpuperf_after_measure`` hook). For every
 measured step on any backend (torch devices and Vulkan) it returns ``<name>.bound``
 (category, stored in the baseline: a change fails the test) with
 ``<name>.arithmetic_intensity`` and ``<name>.roof_share`` (info); with ncu capture also
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from pytest_gpuperf.profiling.ncu_capture import SessionCapture
     from pytest_gpuperf.profiling.roofline import Roofline
     from pytest_gpuperf.profiling.roofs import RoofProvider
-    from pytest_gpuperf.session import GpuperfSession
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def ncu_requested(item: pytest.Item, settings: ProfilingSettings) -> bool:
 class ProfilingExtension:
     """Adds bound verdicts (analytic, and ncu's when captured) and profiler artifacts to each measured step."""
 
-    def __init__(self, session: GpuperfSession, settings: ProfilingSettings, roofs: RoofProvider) -> None:
-        self.session = session
+    def __init__(self, settings: ProfilingSettings, roofs: RoofProvider) -> None:
         self.settings = settings
         self.roofs = roofs
         self.current_item: pytest.Item | None = None
@@ -76,6 +75,10 @@ class ProfilingExtension:
         self.current_item = item
         self._occurrences = {}
 
+    def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
+        """The hook: see :meth:`after_measure`."""
+        return self.after_measure(context)
+
     def after_measure(self, context: MeasureContext) -> list[Metric]:
         """Classify the step; capture a trace and ncu numbers when asked; stash the record on the item."""
         from pytest_gpuperf.profiling.analytic import analytic_verdict
@@ -88,7 +91,7 @@ class ProfilingExtension:
         result = analytic_verdict(
             context,
             self.roofs,
-            self.session.fingerprint_for(backend),
+            context.judging.fingerprint(context.test),
             self.settings.latency_share,
             self._baseline_value(context, f"{context.name}.bound"),
         )
@@ -111,11 +114,7 @@ class ProfilingExtension:
 
     def _baseline_value(self, context: MeasureContext, metric: str) -> str | None:
         """The class the baseline holds for ``metric`` (None under ``--gpuperf-update`` or without one)."""
-        if self.session.settings.update:
-            return None
-        baseline = self.session.baseline_for(self.session.fingerprint_for(context.handle.backend))
-        entry = (baseline.tests.get(context.handle.node_id) or {}).get(metric) if baseline else None
-        value = entry.get("value") if isinstance(entry, dict) else None
+        value = context.baseline_value(metric)
         return value if isinstance(value, str) else None
 
     # -- torch.profiler -------------------------------------------------------------
@@ -254,6 +253,10 @@ class NcuChildExtension:
     def __init__(self, manifest: Path) -> None:
         self.manifest = manifest
         self._seen: dict[tuple[str, str], int] = {}
+
+    def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
+        """The hook: see :meth:`after_measure`."""
+        return self.after_measure(context)
 
     def after_measure(self, context: MeasureContext) -> list[Metric]:
         """Bracket one call of the step (after the child's short measuring) and record whose window it is."""

@@ -83,7 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if manifest is not None:  # the child process ncu runs: one capture window per measure(), nothing else
         from pytest_gpuperf.profiling.extension import NcuChildExtension
 
-        session.extensions.append(NcuChildExtension(manifest))
+        config.pluginmanager.register(NcuChildExtension(manifest), "gpuperf-ncu-child")
         return
     from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
     from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
@@ -106,8 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     store = RoofStore(getattr(config, "cache", None))
     roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
-    extension = ProfilingExtension(session, settings, roofs)
-    session.extensions.append(extension)
+    extension = ProfilingExtension(settings, roofs)
+    config.pluginmanager.register(extension, "gpuperf-profiling")
     config.stash[EXTENSION_KEY] = extension
 
 

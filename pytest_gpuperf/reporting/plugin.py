@@ -101,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
             ref = GitRef.resolve(ref_name, session.settings.baselines_dir)
         except GitRefError as exc:
             raise pytest.UsageError(str(exc)) from None
-        session.baseline_loader = ref.loader()
+        config.stash[REF_KEY] = ref
     if _is_worker(config):
         from pytest_gpuperf.reporting.xdist_gpus import cuda_already_initialised, pin_worker
 
@@ -118,6 +118,15 @@ def pytest_configure(config: pytest.Config) -> None:
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > 0:
         collector.share_gpus(workers)
+
+
+REF_KEY = pytest.StashKey["GitRef"]()
+
+
+def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Any:
+    """Under ``--gpuperf-baseline-ref``: read every baseline file from the git ref (the ranks get its entries)."""
+    ref = config.stash.get(REF_KEY, None)
+    return ref.loader() if ref is not None else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,10 +11,8 @@ and ``t`` the tolerance, sampling stops when
 * ``r (1 - h) > 1 + t``: clearly past it (judged, then confirmed by a second measurement), or
 * the run's own half-width is below ``t / 4`` (more samples cannot sharpen a borderline case),
 
-otherwise at the time budget, which the verdict then reports. ``r`` is read
-from the raw times, or from the drift-normalized ones when the probe shows the
-machine's speed moved past the drift gate, exactly as :mod:`pytest_gpuperf.compare`
-will judge them.
+otherwise at the time budget, which the verdict then reports. ``r`` is read from
+the same samples and quantile :mod:`pytest_gpuperf.compare` will judge.
 """
 
 from __future__ import annotations
@@ -22,11 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.compare import MIN_NORMALIZED, drift_gate, judged_quantile, normalized_comparable
-from pytest_gpuperf.measure import TimingResult
+from pytest_gpuperf.compare import judged_quantile
 from pytest_gpuperf.stats import quantile, quantile_precision
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.measure import TimingResult
 
 #: Stop on precision alone once the run's statistic is known to this fraction of the tolerance.
 PRECISION_FRACTION = 0.25
@@ -40,36 +40,24 @@ class StopRule:
     tolerance: float
     better: str = "lower"
     items: float | None = None  # throughput metrics: value = items / seconds
-    base_normalized: Sequence[float] = ()
 
     def __post_init__(self) -> None:
         self._q = judged_quantile(self.better)
-        self._raw = (quantile(list(self.base), self._q), quantile_precision(list(self.base), self._q))
-        norm = list(self.base_normalized)
-        self._norm = (quantile(norm, self._q), quantile_precision(norm, self._q)) if norm else None
+        self._base = (quantile(list(self.base), self._q), quantile_precision(list(self.base), self._q))
 
-    def run_values(self, result: TimingResult, normalized: bool) -> list[float]:
-        """The run's samples in the baseline's terms (normalized or raw; time or throughput)."""
-        values = result.normalized if normalized else result.samples
+    def run_values(self, result: TimingResult) -> list[float]:
+        """The run's samples in the baseline's terms (time, or throughput when ``items`` is set)."""
         if self.items is None:
-            return list(values)
-        scale = 1.0 if normalized else self.items
-        return [scale / v for v in values if v > 0]
+            return list(result.samples)
+        return [self.items / v for v in result.samples if v > 0]
 
     def decided(self, result: TimingResult) -> bool:
         """True when more samples would not change the verdict."""
-        run = self.run_values(result, normalized=False)
-        base_stat, base_precision = self._raw
+        run = self.run_values(result)
+        base_stat, base_precision = self._base
         if len(run) < 3 or base_stat <= 0 or quantile(run, self._q) <= 0:
             return False
         ratio = quantile(run, self._q) / base_stat
-        if self._norm is not None and len(result.normalized) >= MIN_NORMALIZED:
-            norm = self.run_values(result, normalized=True)
-            norm_ratio = quantile(norm, self._q) / self._norm[0]
-            speed = ratio / norm_ratio if self.better == "lower" else norm_ratio / ratio
-            gate = drift_gate(self.tolerance)
-            if speed > gate or speed < 1.0 / gate:
-                run, ratio, base_precision = norm, norm_ratio, self._norm[1]
         worse = ratio if self.better == "lower" else 1.0 / ratio
         run_precision = quantile_precision(run, self._q)
         half = math.hypot(run_precision, base_precision)
@@ -79,12 +67,9 @@ class StopRule:
         return run_precision <= self.tolerance * PRECISION_FRACTION
 
 
-def stop_rule_for(
-    entry: dict[str, Any] | None, tolerance: float, reference: str, items: float | None = None
-) -> StopRule | None:
+def stop_rule_for(entry: dict[str, Any] | None, tolerance: float, items: float | None = None) -> StopRule | None:
     """The stop rule for a time (``items`` None) or throughput metric's baseline ``entry``; None without one."""
     if not entry or len(entry.get("samples") or []) < 3:
         return None
     better = str(entry.get("better", "lower" if items is None else "higher"))
-    normalized = entry["normalized"] if normalized_comparable(reference, entry) else ()
-    return StopRule(entry["samples"], tolerance, better, items, normalized)
+    return StopRule(entry["samples"], tolerance, better, items)
