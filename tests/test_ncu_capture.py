@@ -228,7 +228,7 @@ def _extension(tmp_path: Path, node_ids: list[str], worker: bool = False) -> obj
         xdist=True,
         xdist_worker=worker,
     )
-    extension = ProfilingExtension(None, settings, None)  # type: ignore[arg-type]
+    extension = ProfilingExtension(settings, None)  # type: ignore[arg-type]
     extension.ncu_node_ids = node_ids
     return extension
 
