@@ -1,0 +1,232 @@
+"""A/B against a git ref (``--gpuperf-ab HEAD``) next to stored-baseline judging, on the same code changes.
+
+Writes a git repository to a temporary folder whose perf test calls a function of the repository
+(``mylib.py``), commits it, then changes the working tree and runs real pytest subprocesses:
+
+* ``unchanged``: the working tree equals HEAD (every failure is a false alarm);
+* ``slower``: the function does 1.5x the work (CPU: 15 instead of 10 matmul+tanh rounds;
+  CUDA: a bf16 GEMM with K 4096 -> 4512, +10% FLOPs in the same kernels);
+* ``faster``: the function does 20% less work (CPU: 8 rounds; CUDA: K 3264).
+
+Each case runs ``--runs`` times with ``pytest --gpuperf --gpuperf-ab HEAD`` (no baseline file) and
+``--runs`` times with ``pytest --gpuperf`` against a baseline recorded once at HEAD. Prints a table of
+outcomes per case and mode, the median change and the cost, and writes every observation as JSON.
+
+    python benchmarks/bench_ab.py                      # this CPU: ~35 min on 2 shared cores
+    python benchmarks/bench_ab.py --runs 3 --cases unchanged,slower
+    python benchmarks/bench_ab.py --device cuda        # gpu/ab.sh
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LIB = '''"""The code under test: its work is what the benchmark changes."""
+import torch
+
+WORK = {work}  # CPU: rounds of matmul + tanh per step
+K = {k}  # CUDA: inner dimension of the GEMM
+
+
+def cpu_step(a):
+    out = a
+    for _ in range(WORK):
+        out = torch.tanh(out @ a)
+    return out
+
+
+def gemm_inputs(device):
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(8192, K, generator=gen, device=device, dtype=torch.bfloat16)
+    b = torch.randn(K, 8192, generator=gen, device=device, dtype=torch.bfloat16)
+    return a, b
+
+
+def gemm(a, b):
+    return a @ b
+'''
+TEST = """import torch
+
+import mylib
+
+torch.set_num_threads(1)  # one thread on a shared CI runner (see docs/PERFORMANCE.md)
+
+
+def test_step(gpuperf):
+    if gpuperf.backend_name == "cpu":
+        a = torch.randn(96, 96, generator=torch.Generator().manual_seed(0)) / 10
+        gpuperf.measure(lambda: mylib.cpu_step(a), items=96, unit="rows")
+    else:
+        a, b = mylib.gemm_inputs(gpuperf.device)
+        gpuperf.measure(lambda: mylib.gemm(a, b), items=1, unit="GEMM")
+"""
+CASES = {
+    "cpu": {"unchanged": (10, 4096), "slower": (15, 4096), "faster": (8, 4096)},
+    "cuda": {"unchanged": (10, 4096), "slower": (10, 4512), "faster": (10, 3264)},
+}
+NODE = "test_perf.py::test_step[{device}]"
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b"}
+    env["GIT_COMMITTER_EMAIL"] = "b@b"
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(root: Path, device: str) -> None:
+    """The committed repository at its base state."""
+    root.mkdir(parents=True)
+    work, k = CASES[device]["unchanged"]
+    (root / "mylib.py").write_text(LIB.format(work=work, k=k))
+    (root / "test_perf.py").write_text(TEST)
+    (root / ".gitignore").write_text("stored/\nempty/\n*.json\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "base")
+
+
+def pytest_run(root: Path, device: str, args: list[str], report: Path) -> tuple[dict, float, int, str]:
+    """One pytest subprocess; its JSON report, wall seconds, exit code and output tail."""
+    report.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "test_perf.py", "--gpuperf", "--gpuperf-backend", device]
+    cmd += ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--gpuperf-json", str(report), *args]
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - began
+    try:
+        document = json.loads(report.read_text())
+    except (OSError, ValueError):
+        document = {}
+    return document, wall, proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+
+
+def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: str, node: str) -> dict:
+    """One observation: outcome, judged status and change of the throughput metric."""
+    gp = document.get("gpuperf", {})
+    row = {"mode": mode, "case": case, "exit": code, "wall_s": round(wall, 2), "status": "error", "change": None}
+    if mode == "ab":
+        test = (gp.get("ab") or {}).get("tests", {}).get(node)
+        if test:
+            metric = next((m for m in test["metrics"] if m["metric"] == "step.throughput"), None)
+            row["status"] = test["status"]
+            if metric:
+                row.update(change=metric["ratio"], a=metric["a_values"], b=metric["b_values"], pairs=metric["pairs"])
+                row["message"] = metric["message"]
+            row["cost_per_test_s"] = gp["ab"].get("cost_per_test_s")
+    else:
+        test = next((t for t in gp.get("tests", []) if t["nodeid"] == node), None)
+        if test:
+            metric = next((m for m in test["metrics"] if m["metric"] == "step.throughput"), None)
+            row["status"] = metric["status"] if metric else test["status"]
+            row["change"] = metric.get("ratio") if metric else None
+    if row["status"] == "error":
+        row["tail"] = tail
+    return row
+
+
+def outcome_of(row: dict) -> str:
+    """failed / inconclusive / passed from an observation (exit code and status)."""
+    if row["status"] == "error":
+        return "error"
+    if row["exit"] != 0 or row["status"] in ("regression", "changed"):
+        return "failed"
+    return "inconclusive" if row["status"] == "inconclusive" else "passed"
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The summary table: per case and mode, outcomes, improvements shown, median change and wall time."""
+    lines = ["case       mode    runs  failed  inconclusive  passed  improvement  median change  wall s/run"]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        for mode in ("ab", "stored"):
+            group = [r for r in rows if r["case"] == case and r["mode"] == mode]
+            if not group:
+                continue
+            outcomes = [outcome_of(r) for r in group]
+            changes = [r["change"] for r in group if isinstance(r["change"], (int, float))]
+            change = f"{(statistics.median(changes) - 1) * 100:+.1f}%" if changes else "-"
+            improved = sum(1 for r in group if r["status"] == "improvement")
+            wall = statistics.median(r["wall_s"] for r in group)
+            lines.append(
+                f"{case:<10} {mode:<7} {len(group):>4}  {outcomes.count('failed'):>6}  "
+                f"{outcomes.count('inconclusive'):>12}  {outcomes.count('passed'):>6}  {improved:>11}  "
+                f"{change:>13}  {wall:>10.1f}"
+                + (f"  ({outcomes.count('error')} errors)" if "error" in outcomes else "")
+            )
+    return lines
+
+
+def main() -> int:
+    """Run the cases and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=sorted(CASES))
+    parser.add_argument("--runs", type=int, default=10, help="runs per case and mode")
+    parser.add_argument("--cases", default="unchanged,slower,faster")
+    parser.add_argument("--modes", default="ab,stored")
+    parser.add_argument("--ab-max-time", default="0.5", help="--gpuperf-ab-max-time of the A/B runs")
+    parser.add_argument("--out", default="", help="write every observation to this JSON file")
+    args = parser.parse_args()
+    node = NODE.format(device=args.device)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        root = Path(tmp) / "repo"
+        make_repo(root, args.device)
+        report = Path(tmp) / "report.json"
+        modes = args.modes.split(",")
+        if "stored" in modes:
+            _, wall, code, tail = pytest_run(
+                root, args.device, ["--gpuperf-update", "--gpuperf-baselines", "stored"], report
+            )
+            print(f"baseline recorded at HEAD in {wall:.1f} s (exit {code})", flush=True)
+            if code != 0:
+                print(tail)
+                return 1
+        for case in args.cases.split(","):
+            work, k = CASES[args.device][case]
+            (root / "mylib.py").write_text(LIB.format(work=work, k=k))
+            if case == "unchanged":
+                git(root, "checkout", "--", "mylib.py")
+            for run in range(args.runs):
+                for mode in modes:
+                    extra = (
+                        [
+                            "--gpuperf-ab",
+                            "HEAD",
+                            "--gpuperf-ab-max-time",
+                            args.ab_max_time,
+                            "--gpuperf-baselines",
+                            "empty",
+                        ]
+                        if mode == "ab"
+                        else ["--gpuperf-baselines", "stored"]
+                    )
+                    document, wall, code, tail = pytest_run(root, args.device, extra, report)
+                    row = observe(mode, case, document, wall, code, tail, node)
+                    rows.append(row)
+                    change = "-" if row["change"] is None else f"{(row['change'] - 1) * 100:+.1f}%"
+                    print(
+                        f"{case} {mode} run {run + 1}: {row['status']} (exit {code}), {change}, {wall:.1f} s",
+                        flush=True,
+                    )
+    print()
+    for line in table(rows):
+        print(line)
+    costs = [r["cost_per_test_s"] for r in rows if r.get("cost_per_test_s")]
+    if costs:
+        a = statistics.median(c["A"] for c in costs)
+        b = statistics.median(c["B"] for c in costs)
+        print(f"A/B worker cost per test (median over runs): A {a:.1f} s, B {b:.1f} s (process start-up included)")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
