@@ -172,6 +172,7 @@ def main() -> int:
     parser.add_argument("--modes", default="ab,stored")
     parser.add_argument("--ab-max-time", default="0.5", help="--gpuperf-ab-max-time of the A/B runs")
     parser.add_argument("--out", default="", help="write every observation to this JSON file")
+    parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
     args = parser.parse_args()
     node = NODE.format(device=args.device)
     rows: list[dict] = []
@@ -188,25 +189,21 @@ def main() -> int:
             if code != 0:
                 print(tail)
                 return 1
-        for case in args.cases.split(","):
-            work, k = CASES[args.device][case]
-            (root / "mylib.py").write_text(LIB.format(work=work, k=k))
-            if case == "unchanged":
-                git(root, "checkout", "--", "mylib.py")
-            for run in range(args.runs):
+        began = time.perf_counter()
+        for run in range(args.runs):  # cases interleaved: a deadline leaves every case with runs
+            if args.deadline and time.perf_counter() - began > args.deadline:
+                print(f"deadline of {args.deadline:g} s reached: no further runs started", flush=True)
+                break
+            for case in args.cases.split(","):
+                work, k = CASES[args.device][case]
+                (root / "mylib.py").write_text(LIB.format(work=work, k=k))
+                if case == "unchanged":
+                    git(root, "checkout", "--", "mylib.py")
                 for mode in modes:
-                    extra = (
-                        [
-                            "--gpuperf-ab",
-                            "HEAD",
-                            "--gpuperf-ab-max-time",
-                            args.ab_max_time,
-                            "--gpuperf-baselines",
-                            "empty",
-                        ]
-                        if mode == "ab"
-                        else ["--gpuperf-baselines", "stored"]
-                    )
+                    extra = ["--gpuperf-baselines", "stored"]
+                    if mode == "ab":
+                        extra = ["--gpuperf-ab", "HEAD", "--gpuperf-ab-max-time", args.ab_max_time]
+                        extra += ["--gpuperf-baselines", "empty"]
                     document, wall, code, tail = pytest_run(root, args.device, extra, report)
                     row = observe(mode, case, document, wall, code, tail, node)
                     rows.append(row)

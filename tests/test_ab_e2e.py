@@ -179,3 +179,15 @@ def test_ab_outside_a_git_repository_is_a_clear_error(pytester: pytest.Pytester)
     result = pytester.runpytest("--gpuperf", "--gpuperf-ab", "HEAD", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "needs a git repository" in result.stderr.str()
+
+
+def test_xdist_workers_run_both_sides_of_their_tests_and_the_controller_reports_them(pytester: pytest.Pytester) -> None:
+    root = make_repo(pytester)
+    (root / "mylib.py").write_text(LIB.format(work=5))
+    result = pytester.runpytest(*FAST_AB, "-n", "1", "--gpuperf-json", "r.json")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "test_perf.py::test_step[cpu]  REGRESSION" in out  # the controller's A/B section, from the worker's report
+    report = json.loads((root / "r.json").read_text())
+    assert report["gpuperf"]["ab"]["tests"]["test_perf.py::test_step[cpu]"]["status"] == "regression"
+    assert not git(root, "worktree", "list").splitlines()[1:]  # the controller removed the shared worktree

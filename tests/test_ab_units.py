@@ -272,3 +272,56 @@ def test_terminal_and_markdown_sections_show_both_sides() -> None:
     row = "| `t.py::test_x[cpu]` | time | 1 s | 1.5 s | +50.0% | +50%, +50% | 25% | :red_circle: REGRESSION |"
     assert row in markdown
     assert json.dumps(_summary())  # JSON-able
+
+
+class FakeRunner:
+    """An AbRunner whose workers are simulated: per side, a value per test and process."""
+
+    def __init__(self, values: dict[str, dict[str, list[float]]], collected: dict[str, list[str]]) -> None:
+        from pytest_gpuperf.ab.runner import AbRunner, Side
+
+        def side_of(name: str) -> Side:
+            return Side(name, Path("/r"), Path("/r"), Path("/r"), {}, ["/r/t.py"])
+
+        self.calls: list[tuple[str, int, tuple[str, ...]]] = []
+        runner = self
+
+        class Runner(AbRunner):
+            def install_worker_plugin(self) -> Path:
+                return Path("/unused")
+
+            def start(self, side, pair, selected, full_scope=True):  # type: ignore[no-untyped-def]
+                from pytest_gpuperf.ab.runner import WorkerRun
+
+                runner.calls.append((side.name, pair, tuple(selected)))
+                index = sum(1 for c in runner.calls if c[0] == side.name) - 1
+                tests = {}
+                for nodeid in selected:
+                    if nodeid in collected[side.name]:
+                        value = values[side.name][nodeid][index]
+                        entry = _entry(value, [value] * 10)
+                        tests[nodeid] = entry
+                data = {"collected": collected[side.name], "tests": tests}
+                return WorkerRun(side.name, pair, 1.0, len(tests), data)
+
+        self.runner = Runner(side_of("A"), side_of("B"), [], min_processes=2, max_processes=4)
+
+
+def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
+    fake = FakeRunner(
+        values={
+            "A": {"t.py::x": [1.0] * 4, "t.py::noisy": [1.0, 1.0, 1.0, 1.0]},
+            "B": {"t.py::x": [2.0] * 4, "t.py::noisy": [1.0, 1.5, 1.02, 1.6], "t.py::new": [1.0]},
+        },
+        collected={"A": ["t.py::x", "t.py::noisy", "t.py::gone"], "B": ["t.py::x", "t.py::noisy", "t.py::new"]},
+    )
+    outcome = fake.runner.run(["t.py::x", "t.py::noisy", "t.py::new"])
+    assert [c[:2] for c in fake.calls] == [("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2)]
+    assert fake.calls[4][2] == ("t.py::noisy",)  # x was decided after two processes per side
+    assert outcome.new == ["t.py::new"] and outcome.removed == ["t.py::gone"]
+    (x,) = outcome.evidence["t.py::x"].verdicts
+    assert x.status == "regression" and len(x.a_values) == 2
+    (noisy,) = outcome.evidence["t.py::noisy"].verdicts
+    assert noisy.status == "unchanged" and len(noisy.b_values) == 3  # the third B process matched the best
+    assert outcome.evidence["t.py::new"].last_payload("B") is not None
+    assert outcome.cost("A") == pytest.approx(3.0 / 5)

@@ -180,14 +180,18 @@ class AbRunner:
         shutil.copyfile(Path(__file__).with_name("worker_plugin.py"), folder / f"{WORKER_MODULE}.py")
         return folder
 
-    def start(self, side: Side, pair: int, selected: list[str]) -> WorkerRun:
-        """Run one worker of ``side`` on ``selected`` and read back its results."""
+    def start(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WorkerRun:
+        """Run one worker of ``side`` on ``selected`` and read back its results.
+
+        The first pair collects the controller's whole scope (so tests only on one side are found);
+        later pairs, and runs without ``full_scope``, collect only the files of the selected tests.
+        """
         stem = self.scratch / f"{side.name}{pair}"
         select, out = stem.with_suffix(".select.json"), stem.with_suffix(".out.json")
         select.write_text(json.dumps(selected), encoding="utf-8")
         out.unlink(missing_ok=True)
         files = {n.split("::", 1)[0] for n in selected}
-        scope = side.scope if pair == 0 else [str(side.rootdir / f) for f in sorted(files)]
+        scope = side.scope if pair == 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
         scope = [s for s in scope if Path(s.split("::", 1)[0]).exists()]
         env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out)}
         began = time.perf_counter()
@@ -219,8 +223,11 @@ class AbRunner:
         run.tests = sum(1 for t in run.data.get("tests", {}).values() if t.get("outcome") != "not run")
         return run
 
-    def run(self, nodeids: list[str]) -> AbOutcome:
-        """All round pairs for ``nodeids`` (the working tree's perf tests); see the module docstring."""
+    def run(self, nodeids: list[str], full_scope: bool = True) -> AbOutcome:
+        """All round pairs for ``nodeids`` (the working tree's perf tests); see the module docstring.
+
+        ``full_scope`` False (one test on a pytest-xdist worker): removed tests are only looked for in its file.
+        """
         self.install_worker_plugin()
         outcome = AbOutcome()
         evidence = outcome.evidence
@@ -228,7 +235,7 @@ class AbRunner:
         pair = 0
         while pending and pair < self.max_processes:
             order = (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
-            runs = {side.name: self.start(side, pair, pending) for side in order}
+            runs = {side.name: self.start(side, pair, pending, full_scope) for side in order}
             outcome.runs += [runs[s.name] for s in order]
             if pair == 0:
                 a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], nodeids)

@@ -90,7 +90,7 @@ class AbState:
         self.handled.update(nodeids)
         if not nodeids:
             return
-        outcome = self._runner().run(nodeids)
+        outcome = self._runner().run(nodeids, full_scope=not self.is_xdist_worker)
         if self.outcome is None:
             self.outcome = outcome
         else:
