@@ -78,6 +78,13 @@ OPTIONS: list[OptionSpec] = [
         {"choices": ("auto", "thread", "wall")},
     ),
     (
+        "--gpuperf-no-cupti",
+        "bool",
+        False,
+        "on CUDA, when a step cannot be captured into a CUDA graph, time eager calls with events instead of "
+        "summing its kernels through the CUDA profiler (whose start costs seconds)",
+    ),
+    (
         "--gpuperf-cpu-threads",
         "int",
         1,
@@ -263,6 +270,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         cuda_graph=_choice(get_option(config, "--gpuperf-cuda-graph"), "--gpuperf-cuda-graph", GRAPH_MODES),
         cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),
         cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
+        cupti=not get_option(config, "--gpuperf-no-cupti"),
     )
     from pytest_gpuperf.cpu_threads import configure
 

@@ -65,3 +65,17 @@ def test_a_sleeping_step_is_recorded_by_the_wall_clock(pytester: pytest.Pytester
     _, entry = _fingerprint_and_entry(pytester, "test_perf.py::test_sleeps[cpu]")
     assert entry["step.time"]["method"] == "wall"
     assert entry["step.time"]["value"] >= 0.02  # sleep never returns early; the thread clock read ~80 us
+
+
+def test_timing_options_reach_the_measuring_config(pytester: pytest.Pytester) -> None:
+    from pytest_gpuperf import cpu_threads
+    from pytest_gpuperf.settings import resolve_settings
+
+    before = cpu_threads.configured()
+    try:
+        default = resolve_settings(pytester.parseconfig()).measure
+        assert default.cupti is True and default.cpu_threads == 1
+        chosen = resolve_settings(pytester.parseconfig("--gpuperf-no-cupti", "--gpuperf-cpu-threads", "3")).measure
+        assert chosen.cupti is False and chosen.cpu_threads == 3 and cpu_threads.configured() == 3
+    finally:
+        cpu_threads.configure(before)
