@@ -178,3 +178,40 @@ def test_a_step_with_collectives_is_called_equally_often_on_every_rank(
     result = pytester.runpytest("--gpuperf", "-rA", *fast_args)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*rank1.step: time*", "*imbalance*"])
+
+
+REF_TEST = """
+import pytest
+import torch
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_ranks_measure(gpuperf, gpuperf_rank):
+    x = torch.randn(32, 32)
+    gpuperf.measure(lambda: x @ x, name="mm")
+"""
+
+
+def test_under_a_baseline_ref_the_ranks_plan_against_the_refs_entries_not_the_working_trees(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+        subprocess.run(["git", *identity, *args], cwd=pytester.path, check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    pytester.makepyfile(test_ref=REF_TEST)
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    [path] = sorted((pytester.path / "baselines").glob("*-ws2*.yaml"))
+    git("add", "-A")
+    git("commit", "-q", "-m", "baselines")
+    # The working tree's copy is broken; the ref's is what judges this run, so it is also what the ranks must read.
+    path.write_text("tests: [unclosed\n")
+    result = pytester.runpytest(
+        "--gpuperf", *fast_args, "--gpuperf-time-tolerance", "10", "--gpuperf-baseline-ref", "main"
+    )
+    result.assert_outcomes(passed=1)
+    assert "raised" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*gpuperf baseline changes against main*", f"*{path.name}*unreadable*"])
