@@ -17,6 +17,8 @@ from contextlib import contextmanager
 DEFAULT_CPU_THREADS = 1
 
 _configured: list[int] = [DEFAULT_CPU_THREADS]
+#: How many :func:`measuring_threads` blocks are open (an inner one never overrides an outer one's count).
+_open: list[int] = [0]
 
 
 def configure(threads: int) -> None:
@@ -47,11 +49,28 @@ def measuring_threads(threads: int) -> Iterator[int]:
     import torch
 
     previous = int(torch.get_num_threads())
-    if threads <= 0 or threads == previous:
-        yield previous
-        return
-    torch.set_num_threads(threads)
+    _open[0] += 1
     try:
-        yield threads
+        if threads <= 0 or threads == previous:
+            yield previous
+            return
+        torch.set_num_threads(threads)
+        try:
+            yield threads
+        finally:
+            torch.set_num_threads(previous)
     finally:
-        torch.set_num_threads(previous)
+        _open[0] -= 1
+
+
+@contextmanager
+def session_threads() -> Iterator[int]:
+    """The session's measuring threads for a CPU backend call made outside :func:`measure_time` (the plan's
+    quick timing, peak memory); inside an open :func:`measuring_threads` block, that block's count stays."""
+    import torch
+
+    if _open[0]:
+        yield int(torch.get_num_threads())
+        return
+    with measuring_threads(configured()) as threads:
+        yield threads

@@ -254,3 +254,23 @@ def test_cpu_thread_setting_is_validated_and_recorded_in_the_fingerprint(cpu):
             cpu_threads.configure(-1)
     finally:
         cpu_threads.configure(before)
+
+
+def test_cpu_backend_calls_outside_the_loop_use_the_session_threads_but_never_override_the_loops(cpu):
+    before, threads = cpu_threads.configured(), torch.get_num_threads()
+    seen: list[int] = []
+
+    def step() -> None:
+        seen.append(torch.get_num_threads())
+
+    try:
+        torch.set_num_threads(2)
+        cpu_threads.configure(1)
+        cpu.time_block(step, 1)  # the plan's quick timing
+        cpu.measure_peak_memory(step)
+        with cpu_threads.measuring_threads(0):  # a loop told to keep the test's own count
+            cpu.time_block(step, 1)
+        assert seen == [1, 1, 2] and torch.get_num_threads() == 2
+    finally:
+        cpu_threads.configure(before)
+        torch.set_num_threads(threads)

@@ -61,10 +61,20 @@ class CpuBackend(TorchBackend):
     def synchronize(self) -> None:
         """CPU ops in eager torch are synchronous; nothing to wait for."""
 
-    def measure_peak_memory(self, step: Callable[[], object]) -> int:
-        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
+    def time_block(self, step: Callable[[], object], iters: int) -> float:
+        """Wall seconds of ``iters`` calls, with the session's measuring threads (``--gpuperf-cpu-threads``)."""
+        from pytest_gpuperf.cpu_threads import session_threads
 
-        return measure_cpu_peak_bytes(step)
+        with session_threads():
+            return super().time_block(step, iters)
+
+    def measure_peak_memory(self, step: Callable[[], object]) -> int:
+        """Peak bytes of one call through torch's CPU allocator, with the session's measuring threads."""
+        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
+        from pytest_gpuperf.cpu_threads import session_threads
+
+        with session_threads():
+            return measure_cpu_peak_bytes(step)
 
     def memory_note(self) -> str:
         return "CPU peak = live bytes the step added through torch's CPU allocator (profiler memory events)"
