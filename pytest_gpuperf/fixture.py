@@ -68,6 +68,10 @@ def check_measure_args(
 class GpuPerf:
     """Per-test handle returned by the ``gpuperf`` fixture."""
 
+    #: Adjusts the loop's settings for one step just before it is planned and timed, given the step (the
+    #: distributed feature sets one on a rank's handle so every rank makes the same calls); None: as they are.
+    adjust_config: Callable[[MeasureConfig, Callable[[], object]], MeasureConfig] | None = None
+
     def __init__(
         self, context: TestContext, judging: Judging | None = None, after_measure: AfterMeasure | None = None
     ) -> None:
@@ -167,7 +171,10 @@ class GpuPerf:
         from pytest_gpuperf.plan import plan_measure
 
         judging = self.judging
-        plan = plan_measure(self.context, judging, self.measure_config(), name, items)
+        config = self.measure_config()
+        if self.adjust_config is not None:
+            config = self.adjust_config(config, step)
+        plan = plan_measure(self.context, judging, config, name, items)
         peak = None
         if memory:
             step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state

@@ -157,3 +157,29 @@ def test_agree_max_outside_a_process_group_is_the_rank_s_own_value() -> None:
     from pytest_gpuperf.distributed.lockstep import agree_max
 
     assert agree_max(0.25, "cpu") == 0.25
+
+
+def test_a_ranks_handle_is_the_cores_own_on_a_lockstep_backend_with_agreed_settings() -> None:
+    """No subclass of the core's handle: a plain ``GpuPerf`` with a lockstep backend and a settings hook."""
+    import math
+
+    from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.context import build_context
+    from pytest_gpuperf.distributed.lockstep import LockstepBackend, lockstep_handle
+    from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.measure import MeasureConfig
+
+    handle = lockstep_handle(build_context("t.py::test", get_backend("cpu"), {}, 2), None)
+    assert type(handle) is GpuPerf
+    assert isinstance(handle.backend, LockstepBackend) and handle.backend.name == "cpu"
+    calls: list[int] = []
+    assert handle.adjust_config is not None
+    config = handle.adjust_config(MeasureConfig(max_time=1.0, min_samples=5), lambda: calls.append(1))
+    assert len(calls) == 2, "two calls timed before planning"
+    assert (math.isinf(config.max_time), config.cpu_clock, config.cuda_graph, config.warmup_time) == (
+        True,
+        "wall",
+        "off",
+        0.0,
+    )
+    assert GpuPerf.adjust_config is None, "the core's own handles keep their settings"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.fixture import GpuPerf, Measurement
+from pytest_gpuperf.fixture import GpuPerf
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -75,21 +75,18 @@ def lockstep_config(config: MeasureConfig, seconds_per_call: float) -> MeasureCo
     )
 
 
-class LockstepGpuPerf(GpuPerf):
-    """The ``gpuperf`` handle of a rank: measures like the core's, with decisions all ranks share."""
+def lockstep_handle(context: TestContext, judging: Judging | None) -> GpuPerf:
+    """The ``gpuperf`` handle of a rank: the core's, on a :class:`LockstepBackend`, with lockstep settings.
 
-    def __init__(self, context: TestContext, judging: Judging | None) -> None:
-        lockstep = replace(context, backend=LockstepBackend(context.backend))  # type: ignore[arg-type]
-        super().__init__(lockstep, judging)
-        self._seconds_per_call = 0.0
+    Before each step is planned, two calls are timed (the slowest rank's second call sizes the
+    sample count, see :func:`lockstep_config`).
+    """
+    backend = LockstepBackend(context.backend)
 
-    def measure(self, step: Callable[[], object], **kwargs: Any) -> Measurement:
-        """Time two calls first (the slowest rank's second call sizes the sample count), then measure."""
-        if self.judging is not None:
-            self.backend.time_block(step, 1)
-            self._seconds_per_call = self.backend.time_block(step, 1)
-        return super().measure(step, **kwargs)
+    def agreed_config(config: MeasureConfig, step: Callable[[], object]) -> MeasureConfig:
+        backend.time_block(step, 1)
+        return lockstep_config(config, backend.time_block(step, 1))
 
-    def measure_config(self) -> MeasureConfig:
-        """The core's settings with every clock-based decision replaced by a count all ranks share."""
-        return lockstep_config(super().measure_config(), self._seconds_per_call)
+    handle = GpuPerf(replace(context, backend=backend), judging)  # type: ignore[arg-type]
+    handle.adjust_config = agreed_config
+    return handle

@@ -144,7 +144,7 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
     import pytest
 
     from pytest_gpuperf.context import build_context
-    from pytest_gpuperf.distributed.lockstep import LockstepGpuPerf
+    from pytest_gpuperf.distributed.lockstep import lockstep_handle
     from pytest_gpuperf.fixture import GpuPerf
 
     started = time.perf_counter()
@@ -157,7 +157,7 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
         kwargs = dict(task.kwargs)
         if "gpuperf" in task.wants:
             context = build_context(task.node_id, backend, task.gpuperf_options, info.world_size)
-            kwargs["gpuperf"] = LockstepGpuPerf(context, collector) if task.lockstep else GpuPerf(context, collector)
+            kwargs["gpuperf"] = lockstep_handle(context, collector) if task.lockstep else GpuPerf(context, collector)
         if "gpuperf_rank" in task.wants:
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:
