@@ -136,7 +136,7 @@ def test_src_layout_installed_from_the_working_tree_measures_ref_on_the_a_side(p
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "tests/test_perf.py::test_step[cpu]  REGRESSION" in out
-    assert "imported module(s) from the working tree" not in out
+    assert "imported project module(s) from outside" not in out
 
 
 def test_broken_ref_side_is_inconclusive_and_fails_only_under_strict(pytester: pytest.Pytester) -> None:

@@ -325,3 +325,26 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     assert noisy.status == "unchanged" and len(noisy.b_values) == 3  # the third B process matched the best
     assert outcome.evidence["t.py::new"].last_payload("B") is not None
     assert outcome.cost("A") == pytest.approx(3.0 / 5)
+
+
+def test_worker_plugin_reports_project_packages_loaded_from_outside_its_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gpuperf.ab import worker_plugin
+
+    installed = tmp_path / "site-packages"
+    (installed / "projpkg_for_ab").mkdir(parents=True)
+    (installed / "projpkg_for_ab" / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(installed))
+    __import__("projpkg_for_ab")
+    monkeypatch.delenv("GPUPERF_AB_FOREIGN_ROOT", raising=False)
+    monkeypatch.setenv("GPUPERF_AB_SIDE_ROOT", str(tmp_path / "wt"))
+    monkeypatch.setenv("GPUPERF_AB_PACKAGES", "projpkg_for_ab,other")
+    try:
+        assert worker_plugin._leaks() == [
+            f"projpkg_for_ab ({(installed / 'projpkg_for_ab' / '__init__.py').resolve()})"
+        ]
+        monkeypatch.setenv("GPUPERF_AB_SIDE_ROOT", str(installed))
+        assert worker_plugin._leaks() == []  # loaded from the side's own root: fine
+    finally:
+        sys.modules.pop("projpkg_for_ab", None)

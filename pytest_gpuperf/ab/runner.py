@@ -249,7 +249,8 @@ class AbRunner:
                 item.a.append(_entry(runs["A"], nodeid))
                 item.b.append(_entry(runs["B"], nodeid))
             for run in runs.values():
-                outcome.leaks += [leak for leak in run.data.get("leaks", []) if leak not in outcome.leaks]
+                tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
+                outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
             pair += 1
             if pair < self.min_processes:
                 continue

@@ -105,24 +105,17 @@ def build_runner(
     editable = editable_mappings()
     existing = os.environ.get("PYTHONPATH", "")
     args = test_args(config)
-    a_paths = a_side_paths(tree, wt, list(sys.path), editable)
+    warnings = editable_warnings(tree, wt, editable)
+    packages = package_dirs(tree, [tree / "src", tree, config.rootpath], editable)
+    names = ",".join(sorted({p.name for p in packages}))
+    a_paths = [*a_side_paths(tree, wt, list(sys.path), editable), plugin_dir]
+    b_paths = [str(p) for p in (tree / "src", tree) if p.is_dir()]  # the working tree's code, not an installed copy
+    a_env = child_env(dict(os.environ), pythonpath(a_paths, existing, tree), tree, wt)
+    b_env = child_env(dict(os.environ), pythonpath(b_paths, os.pathsep.join([existing, plugin_dir])), None, tree)
+    a_env["GPUPERF_AB_PACKAGES"] = b_env["GPUPERF_AB_PACKAGES"] = names
     a_cwd = wt / invocation_rel if (wt / invocation_rel).is_dir() else wt / rootdir_rel
-    side_a = Side(
-        "A",
-        wt,
-        a_cwd,
-        wt / rootdir_rel,
-        child_env(dict(os.environ), pythonpath([*a_paths, plugin_dir], existing, tree), tree, wt),
-        side_scope(args, tree, wt),
-    )
-    side_b = Side(
-        "B",
-        tree,
-        config.invocation_params.dir,
-        config.rootpath,
-        child_env(dict(os.environ), pythonpath([], os.pathsep.join([existing, plugin_dir])), None, tree),
-        args,
-    )
+    side_a = Side("A", wt, a_cwd, wt / rootdir_rel, a_env, side_scope(args, tree, wt))
+    side_b = Side("B", tree, config.invocation_params.dir, config.rootpath, b_env, args)
     runner = AbRunner(
         side_a,
         side_b,
@@ -132,10 +125,8 @@ def build_runner(
         timeout=get_option(config, "--gpuperf-ab-timeout"),
         scratch=scratch,
     )
-    warnings = editable_warnings(tree, wt, editable)
-    roots = [tree / "src", tree, config.rootpath]
     try:
-        built = untracked_extensions(tree, package_dirs(tree, roots, editable))
+        built = untracked_extensions(tree, packages)
     except AbRefError as exc:
         built = []
         warnings.append(f"could not check for compiled extensions: {exc}")

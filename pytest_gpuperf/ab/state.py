@@ -144,13 +144,15 @@ class AbState:
         """Everything the A/B section of the reports shows (JSON-able)."""
         outcome = self.outcome
         warnings = list(self.warnings)
-        if outcome is not None and outcome.leaks:
-            more = len(outcome.leaks) - 5
-            shown = ", ".join(outcome.leaks[:5]) + (f" and {more} more" if more > 0 else "")
-            warnings.append(
-                f"the A side imported module(s) from the working tree, not from REF: {shown}; "
-                "A/B cannot guarantee that side A ran REF's code"
-            )
+        for side, where in (("A", "REF's worktree"), ("B", "the working tree")):
+            leaks = [leak[3:] for leak in (outcome.leaks if outcome else []) if leak.startswith(f"{side}: ")]
+            if leaks:
+                more = len(leaks) - 5
+                shown = ", ".join(leaks[:5]) + (f" and {more} more" if more > 0 else "")
+                warnings.append(
+                    f"side {side} imported project module(s) from outside {where}: {shown}; A/B cannot guarantee "
+                    f"that side {side} ran {'REF' if side == 'A' else 'the working tree'}'s code"
+                )
         runs = outcome.runs if outcome else []
         return {
             "ref": self.worktree.ref,

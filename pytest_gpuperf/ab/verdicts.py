@@ -13,6 +13,7 @@ from pytest_gpuperf.units import format_change, format_value
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.gitref import Worktree
     from pytest_gpuperf.ab.runner import AbOutcome, TestEvidence
+    from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.session import GpuperfSession
 
 JUDGED_KINDS = ("time", "throughput", "memory")
@@ -90,9 +91,23 @@ def _skip_reason(evidence: TestEvidence, side: str) -> str | None:
     return None
 
 
-def _record_update(session: GpuperfSession, item: pytest.Function, evidence: TestEvidence) -> None:
+def _context(item: pytest.Function, world_size: int) -> TestContext:
+    """The test's frozen context (backend from the ``gpuperf_backend`` fixture, the B side's world size)."""
+    from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.context import build_context
+    from pytest_gpuperf.keys import BACKEND_KEY, WORLD_SIZE_KEY
+
+    backend = item.stash.get(BACKEND_KEY, None)
+    if backend is None:
+        backend = get_backend(str(item.callspec.params["gpuperf_backend"]))
+    item.stash[WORLD_SIZE_KEY] = world_size
+    marker = item.get_closest_marker("gpuperf")
+    return build_context(item.nodeid, backend, dict(marker.kwargs) if marker else {}, world_size)
+
+
+def _record_update(session: GpuperfSession, context: TestContext, evidence: TestEvidence) -> None:
     """Under ``--gpuperf-update``: the baseline entries of the B process with the median judged value."""
-    from pytest_gpuperf.session import metric_to_entry
+    from pytest_gpuperf.judging import metric_to_entry
 
     payloads = [e["payload"] for e in evidence.b if e and e.get("payload")]
     if not payloads:
@@ -103,12 +118,10 @@ def _record_update(session: GpuperfSession, item: pytest.Function, evidence: Tes
         return float(values[0]) if values and isinstance(values[0], (int, float)) else 0.0
 
     chosen = sorted(payloads, key=key)[(len(payloads) - 1) // 2]
-    fingerprint = chosen.get("fingerprint") or {}
-    if not fingerprint:
-        return
-    path = session.baseline_path(fingerprint)
-    _, tests = session.pending_updates.setdefault(path, (fingerprint, {}))
-    entries = tests.setdefault(item.nodeid, {})
+    judging = session.judging
+    path = judging.baselines.path(context)
+    _, tests = judging.pending_updates.setdefault(path, (judging.fingerprint(context), {}))
+    entries = tests.setdefault(context.node_id, {})
     for verdict in chosen.get("verdicts", []):
         entries[str(verdict["metric"])] = metric_to_entry(from_payload(verdict).metric)
 
@@ -125,9 +138,7 @@ def apply_evidence(
     if reason is not None:
         pytest.skip(reason)
     payload = evidence.last_payload("B") or {}
-    world = (payload.get("fingerprint") or {}).get("world_size")
-    if world:
-        item._gpuperf_world_size = int(world)  # type: ignore[attr-defined]
+    context = _context(item, int((payload.get("fingerprint") or {}).get("world_size") or 1))
     new = item.nodeid in outcome.new
     if new:
         verdicts = [from_payload(v) for v in payload.get("verdicts", [])]
@@ -145,9 +156,10 @@ def apply_evidence(
                     ab.status, ab.message = "inconclusive", f"no A measurement ({why})"
         verdicts = [to_verdict(title, ab, _best_samples(evidence, ab.metric)) for ab in evidence.verdicts]
         metrics = [ab.as_dict() for ab in evidence.verdicts]
-    session.verdicts.setdefault(item.nodeid, []).extend(verdicts)
+    session.judging.contexts[item.nodeid] = context  # the reports' fingerprint and baseline file
+    session.judging.verdicts.setdefault(item.nodeid, []).extend(verdicts)
     if session.settings.update:
-        _record_update(session, item, evidence)
+        _record_update(session, context, evidence)
     return {
         "ref": worktree.ref,
         "sha": worktree.sha,

@@ -7,7 +7,9 @@ load whatever version of pytest-gpuperf the A side (REF) imports, so it only rea
 * ``GPUPERF_AB_SELECT``: JSON file with the node ids to run (perf tests outside it are deselected);
 * ``GPUPERF_AB_OUT``: where to write the results (JSON, written atomically at session end);
 * ``GPUPERF_AB_FOREIGN_ROOT`` / ``GPUPERF_AB_SIDE_ROOT``: modules imported from the foreign root
-  (the working tree, on the A side) and not from this side's root are reported as leaks.
+  (the working tree, on the A side) and not from this side's root are reported as leaks, and so are
+  the project's own packages (``GPUPERF_AB_PACKAGES``, comma-separated) imported from anywhere but
+  this side's root (an installed copy in site-packages, say).
 """
 
 from __future__ import annotations
@@ -74,9 +76,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def _leaks() -> list[str]:
     foreign = os.environ.get("GPUPERF_AB_FOREIGN_ROOT")
     own = os.environ.get("GPUPERF_AB_SIDE_ROOT")
-    if not foreign:
-        return []
-    foreign_root = Path(foreign).resolve()
+    packages = {p for p in os.environ.get("GPUPERF_AB_PACKAGES", "").split(",") if p}
+    foreign_root = Path(foreign).resolve() if foreign else None
     own_root = Path(own).resolve() if own else None
     found = []
     for name, module in list(sys.modules.items()):
@@ -84,7 +85,9 @@ def _leaks() -> list[str]:
         if not path or name == __name__:
             continue
         resolved = Path(path).resolve()
-        if resolved.is_relative_to(foreign_root) and not (own_root and resolved.is_relative_to(own_root)):
+        mine = own_root is not None and resolved.is_relative_to(own_root)
+        from_foreign = foreign_root is not None and resolved.is_relative_to(foreign_root)
+        if not mine and (from_foreign or name.partition(".")[0] in packages):
             found.append(f"{name} ({resolved})")
     return sorted(found)
 
