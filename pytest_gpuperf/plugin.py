@@ -85,45 +85,96 @@ def _use_synchronized_benchmark_timer(config: pytest.Config) -> None:
         config.option.benchmark_timer = SYNC_TIMER
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize every test that uses ``gpuperf`` over its selected, available backends."""
+    """Parametrize every test that uses ``gpuperf`` over its selected, available backends.
+
+    Runs after ``@pytest.mark.parametrize`` (trylast), so the backend is the last part of the id
+    (``test_x[64-cpu]``), and with module scope, so module-scoped fixtures may use the backend.
+    Also validates the test's ``gpuperf`` / ``gpuperf_backends`` markers: a bad one is a collection error.
+    """
     if "gpuperf_backend" not in metafunc.fixturenames:
         return
+    from pytest_gpuperf.markers import MarkerError, declared_backends, gpuperf_options
     from pytest_gpuperf.selection import plan_backends
 
-    marker = metafunc.definition.get_closest_marker("gpuperf_backends")
-    declared = tuple(str(a).lower() for a in marker.args) if marker is not None else None
+    node_id = metafunc.definition.nodeid
+    declared = None
+    problem = None
+    try:
+        for mark in metafunc.definition.iter_markers("gpuperf"):
+            gpuperf_options(node_id, mark.args, mark.kwargs)
+        marker = metafunc.definition.get_closest_marker("gpuperf_backends")
+        if marker is not None:
+            declared = declared_backends(node_id, marker.args, marker.kwargs)
+    except MarkerError as exc:
+        problem = str(exc)
+    if problem:
+        pytest.fail(problem, pytrace=False)  # a collection error of this module, message only
     if declared is not None:
         from pytest_gpuperf.backends import known_backend_names
 
         unknown = [n for n in declared if n not in known_backend_names()]
         if unknown:
-            raise pytest.UsageError(
-                f"{metafunc.definition.nodeid}: @pytest.mark.gpuperf_backends names unknown backend(s) "
-                f"{unknown}; known backends: {', '.join(known_backend_names())}"
+            pytest.fail(
+                f"{node_id}: @pytest.mark.gpuperf_backends names unknown backend(s) "
+                f"{unknown}; known backends: {', '.join(known_backend_names())}",
+                pytrace=False,
             )
     params = [
         pytest.param(p.name, id=p.name, marks=[pytest.mark.skip(reason=p.skip_reason)] if p.skip_reason else [])
         for p in plan_backends(declared, selected_backends(metafunc.config))
     ]
-    metafunc.parametrize("gpuperf_backend", params, indirect=True)
+    metafunc.parametrize("gpuperf_backend", params, indirect=True, scope="module")
 
 
-@pytest.fixture
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``--gpuperf-strict``, a backend named by ``--gpuperf-backend`` that this machine lacks is a usage error.
+
+    Otherwise a GPU gate that lands on a runner without the GPU skips every test and passes.
+    (After every plugin's ``pytest_configure``, so a device selection such as ``--gpuperf-vulkan-device`` counts.)
+    """
+    config = session.config
+    if not (get_option(config, "--gpuperf-strict") and get_option(config, "--gpuperf-backend")):
+        return
+    from pytest_gpuperf.selection import availability
+
+    for name in selected_backends(config):
+        found = availability(name)
+        if not found.available:
+            raise pytest.UsageError(
+                f"--gpuperf-backend {name} with --gpuperf-strict: the {name} backend is not available on this "
+                f"machine ({found.reason}); run on a machine that has it, or drop --gpuperf-strict to skip instead"
+            )
+
+
+@pytest.fixture(scope="module")
 def gpuperf_backend(request: pytest.FixtureRequest) -> Backend:
-    """The backend (cuda, mps, vulkan, cpu ...) this instance of a perf test runs on.
+    """The backend (cuda, mps, vulkan, cpu ...) this instance of a perf test runs on (module scope).
 
-    Tests are parametrized over the selected available backends, so the test id
-    carries the backend name (``test_matmul[cuda]``).
+    Tests are parametrized over the selected available backends, so the test id ends with
+    the backend name (``test_matmul[cuda]``, ``test_matmul[64-cuda]``). Module-scoped fixtures
+    may request it (or :func:`gpuperf_device`) to build a model once per module and backend.
     """
     from pytest_gpuperf.backends import get_backend
 
     name = getattr(request, "param", None)
     if name is None:
-        raise pytest.UsageError("gpuperf_backend is parametrized by pytest-gpuperf; request it from a test function")
-    backend = get_backend(name)
-    request.node.stash[BACKEND_KEY] = backend
-    return backend
+        raise pytest.UsageError(
+            "gpuperf_backend is parametrized by pytest-gpuperf for tests that use gpuperf, gpuperf_backend or "
+            "gpuperf_device; request it from such a test or from a fixture of module scope or narrower"
+        )
+    return get_backend(name)
+
+
+@pytest.fixture(scope="module")
+def gpuperf_device(gpuperf_backend: Backend) -> Any:
+    """The torch device of this test instance's backend (module scope), e.g. to build a model once per module.
+
+    ``@pytest.fixture(scope="module") def model(gpuperf_device): return Net().to(gpuperf_device)``
+    """
+    return gpuperf_backend.device()
 
 
 @pytest.fixture
@@ -138,9 +189,18 @@ def gpuperf(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> Iterato
     each step runs once as a smoke test.
     """
     from pytest_gpuperf.fixture import handle_for
+    from pytest_gpuperf.markers import MarkerError, gpuperf_options
 
     marker = request.node.get_closest_marker("gpuperf")
-    kwargs: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    try:
+        kwargs = gpuperf_options(request.node.nodeid, marker.args, marker.kwargs) if marker is not None else {}
+    except MarkerError as exc:
+        kwargs, problem = {}, str(exc)
+    else:
+        problem = ""
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    request.node.stash[BACKEND_KEY] = gpuperf_backend
     handle = handle_for(request.node, gpuperf_backend, kwargs)
     yield handle
     gpuperf_backend.reset_state()

@@ -40,3 +40,25 @@ def test_identity_description_and_software_changes() -> None:
     assert describe({**H200, "world_size": 4}) == "NVIDIA H200 sm_90 (4 ranks)"
     assert software_differences(H200, {**H200, "torch": "2.12.0"}) == ["torch 2.11.0 -> 2.12.0"]
     assert software_differences(H200, H200) == []
+
+
+def test_cpu_brand_comes_from_py_cpuinfo_and_falls_back_to_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from pytest_gpuperf.backends import cpu
+
+    fake = types.ModuleType("cpuinfo")
+    fake.get_cpu_info = lambda: {"brand_raw": "AMD EPYC 9654 96-Core Processor"}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cpuinfo", fake)
+    cpu.cpu_brand.cache_clear()
+    assert cpu.cpu_brand() == "AMD EPYC 9654 96-Core Processor"
+
+    def broken() -> dict:
+        raise RuntimeError("cpuid unavailable")
+
+    fake.get_cpu_info = broken  # type: ignore[attr-defined]
+    cpu.cpu_brand.cache_clear()
+    monkeypatch.setattr(cpu, "_cpu_model_name", lambda: "Fallback CPU")
+    assert cpu.cpu_brand() == "Fallback CPU"
+    cpu.cpu_brand.cache_clear()

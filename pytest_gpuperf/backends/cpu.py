@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from collections.abc import Callable
@@ -20,6 +21,19 @@ def _cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_brand() -> str:
+    """The CPU's brand string for the fingerprint: py-cpuinfo's ``brand_raw`` (what pytest-benchmark
+    records, e.g. ``AMD EPYC 9654 96-Core Processor``), else ``/proc/cpuinfo``'s model name."""
+    try:
+        import cpuinfo  # py-cpuinfo, a pytest-benchmark dependency
+
+        brand = str(cpuinfo.get_cpu_info().get("brand_raw") or "").strip()
+    except Exception:  # noqa: BLE001 - a missing or failing py-cpuinfo falls back to /proc/cpuinfo
+        brand = ""
+    return brand or _cpu_model_name()
 
 
 def _total_memory_bytes() -> int:
@@ -47,7 +61,7 @@ class CpuBackend(TorchBackend):
 
         return {
             "backend": "cpu",
-            "device_name": _cpu_model_name(),
+            "device_name": cpu_brand(),
             "arch": platform.machine(),
             "memory_gib": round(_total_memory_bytes() / 2**30),
             "threads": effective(),  # intra-op threads while measuring (--gpuperf-cpu-threads)
