@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_gpuperf.fingerprint import baseline_filename, describe, identity, software_differences
 from pytest_gpuperf.units import format_bytes, format_change, format_rate, format_seconds, format_value
 
