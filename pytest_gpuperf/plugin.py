@@ -10,6 +10,7 @@ only under ``--cov``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ pytest_plugins = [
     "pytest_gpuperf.profiling.plugin",
     "pytest_gpuperf.reporting.plugin",
     "pytest_gpuperf.backends.vulkan.plugin",
+    "pytest_gpuperf.workers.plugin",
     "pytest_gpuperf.ab.plugin",  # last: its pytest_pyfunc_call must run before the distributed one
 ]
 SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
@@ -66,12 +68,29 @@ def pytest_configure(config: pytest.Config) -> None:
         selected_backends(config)  # raises pytest.UsageError listing known backends
     if not (get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update")):
         return
+    _silence_torch_debug_noise(config)
     from pytest_gpuperf.session import GpuperfSession
 
     session = GpuperfSession(config, resolve_settings(config))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpuperf-session")
     _use_synchronized_benchmark_timer(config)
+
+
+#: Warnings torch emits for the plugin's own timing machinery, not for the user's code.
+QUIET_WARNINGS = ("ignore:Synchronization debug mode is a prototype feature",)
+
+
+def _silence_torch_debug_noise(config: pytest.Config) -> None:
+    """Under ``--gpuperf``: no ``USDT: ... profiler_start`` lines from torch.profiler's kineto, no
+    ``Synchronization debug mode is a prototype feature`` warnings from the CUDA-graph timer.
+
+    kineto prints ``USDT`` lines at a level above its errors, so only ``KINETO_LOG_LEVEL=6``
+    drops them (kineto reads it when the profiler first starts); a value the user set is kept.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    for line in QUIET_WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
 
 
 def _use_synchronized_benchmark_timer(config: pytest.Config) -> None:

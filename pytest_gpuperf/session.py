@@ -52,18 +52,12 @@ class GpuperfSession:
             prop = (f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]")
             report.user_properties.append(prop)
             item.user_properties.append(prop)  # junitxml writes the teardown report's, which copies the item's
-        from pytest_gpuperf.report import metric_section
-
-        report.sections.append(("gpuperf metrics", metric_section(payload)))
         failures = self.judging.failure_lines(item.nodeid)
         if failures and report.passed:
+            from pytest_gpuperf.reporting.terminal import failure_longrepr  # first line: the short fact
+
             report.outcome = "failed"
-            header = "pytest-gpuperf: performance regression" + ("s" if len(failures) > 1 else "")
-            hint = (
-                "If this change is intended, record it with: "
-                f"pytest --gpuperf --gpuperf-update '{item.nodeid}' and commit the baselines/ diff."
-            )
-            report.longrepr = "\n".join([header, *("  " + line for line in failures), hint])
+            report.longrepr = failure_longrepr(item.nodeid, payload, failures)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect verdicts from reports (also those coming back from xdist workers)."""
@@ -89,6 +83,6 @@ class GpuperfSession:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The per-test metric table: baseline, measured, change, verdict."""
-        from pytest_gpuperf.report import write_terminal_summary
+        from pytest_gpuperf.reporting.terminal import write_terminal_summary
 
-        write_terminal_summary(terminalreporter, self)
+        write_terminal_summary(terminalreporter, self, self.settings)

@@ -93,12 +93,16 @@ def test_markdown_lists_regressions_then_improvements_then_unchanged_and_goes_to
     text = (pytester.path / "pr.md").read_text()
     assert text.startswith("## :red_circle: pytest-gpuperf: 1 regression, 1 improvement, 1 unchanged (3 perf tests)")
     regress, improve, unchanged = (
-        text.index(h) for h in ("### :red_circle: Regressions (1)", "Improvements (1)", "Unchanged (1 tests)")
+        text.index(h)
+        for h in ("### :red_circle: Regressions (1 metric of 1 test)", "Improvements (1 metric", "Unchanged (1 metric")
     )
     assert regress < improve < unchanged
-    assert text.index("test_latency[cpu-b_slower]") < text.index("test_latency[cpu-c_faster]")
-    assert "| script: latency | 1 s | 1.5 s | +50.0% | 5% | :red_circle: REGRESSION |" in text
-    assert "pytest --gpuperf --gpuperf-update 'test_rec.py::test_latency[cpu-b_slower]'" in text
+    assert text.index("test_latency[b_slower-cpu]") < text.index("test_latency[c_faster-cpu]")
+    row = "| `test_rec.py::test_latency[b_slower-cpu]` | script\\: latency | 1 s | 1\\.5 s | +50\\.0% | +5\\.0% |"
+    assert row + " :red_circle: REGRESSION |" in text
+    regressions = text.split("Regressions")[1].split("###")[0]
+    assert "a_steady" not in regressions and "c_faster" not in regressions  # only the failing rows
+    assert "pytest --gpuperf --gpuperf-update 'test_rec.py::test_latency[b_slower-cpu]'" in text
     assert "**AMD" in text or "(cpu, " in text  # the fingerprint line names the device and backend
     assert "[artifacts of this run](https://github.com/octo/repo/actions/runs/4242#artifacts)" in text
     assert "- `junit.xml`" in text and "- `r.json`" in text
@@ -108,9 +112,9 @@ def test_markdown_lists_regressions_then_improvements_then_unchanged_and_goes_to
         case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
         for case in ET.parse(pytester.path / "junit.xml").iter("testcase")
     }
-    assert properties["test_latency[cpu-b_slower]"] == {"gpuperf.script.latency": "1.5 s [regression]"}
-    assert properties["test_latency[cpu-c_faster]"] == {"gpuperf.script.latency": "0.5 s [improvement]"}
-    assert properties["test_latency[cpu-a_steady]"] == {"gpuperf.script.latency": "1.01 s [unchanged]"}
+    assert properties["test_latency[b_slower-cpu]"] == {"gpuperf.script.latency": "1.5 s [regression]"}
+    assert properties["test_latency[c_faster-cpu]"] == {"gpuperf.script.latency": "0.5 s [improvement]"}
+    assert properties["test_latency[a_steady-cpu]"] == {"gpuperf.script.latency": "1.01 s [unchanged]"}
 
 
 def test_no_step_summary_flag_and_plain_runs_leave_github_summary_alone(

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from pytest_gpuperf.reporting.xdist_gpus import (
+from pytest_gpuperf.workers.gpus import (
     ENV_GPUS,
     detect_gpus,
     gpu_for_worker,
@@ -59,11 +59,11 @@ def test_three_workers_record_many_baselines_and_every_entry_lands_in_the_file(
     pytester: pytest.Pytester, fast_args: list[str]
 ) -> None:
     pytester.makepyfile(test_many=RECORDED_MANY)
-    result = pytester.runpytest("-n", "3", "--gpuperf-update", *fast_args, "--gpuperf-json", "r.json")
+    result = pytester.runpytest("-n", "3", "-v", "--gpuperf-update", *fast_args, "--gpuperf-json", "r.json")
     result.assert_outcomes(passed=MANY)
     [path] = sorted((pytester.path / "baselines").glob("*.yaml"))
     tests = yaml.safe_load(path.read_text())["tests"]
-    expected = {f"test_many.py::test_many[cpu-{i}]": i for i in range(MANY)}
+    expected = {f"test_many.py::test_many[{i}-cpu]": i for i in range(MANY)}
     assert set(tests) == set(expected)
     for node_id, i in expected.items():
         assert tests[node_id]["script.latency"]["value"] == pytest.approx(1.0 + i / 1000)

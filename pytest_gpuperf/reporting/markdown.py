@@ -1,36 +1,43 @@
 """The ``--gpuperf-markdown`` PR summary (also appended to ``$GITHUB_STEP_SUMMARY`` when that is set).
 
-Regressions first, then improvements, then tests without a baseline, then the unchanged
-ones (folded); the devices' fingerprints; baseline entries the PR changes against the
-base ref; links to the run's artifacts.
+Metric rows grouped by their own verdict (a section lists only its rows): regressions first,
+then changed categories, improvements, inconclusive ones, metrics without a baseline, then the
+unchanged ones (folded); the devices' fingerprints; baseline entries the PR changes against the
+base ref; links to the run's artifacts. Everything that came from a test (ids, metric names,
+messages, paths) is escaped (:mod:`.md_escape`): a test id cannot inject HTML or Markdown.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_gpuperf.reporting.md_escape import code, fenced, text
 from pytest_gpuperf.reporting.records import TestRecord
 
+#: Sections of metric rows, by the row's own verdict: a section lists only rows with its statuses.
 SECTIONS = (
-    ("regression", "Regressions"),
-    ("changed", "Changed categories"),
-    ("improvement", "Improvements"),
-    ("new", "No baseline yet"),
-    ("unchanged", "Unchanged"),
-    ("recorded", "Recorded"),
+    (("regression",), "Regressions"),
+    (("changed",), "Changed categories"),
+    (("improvement",), "Improvements"),
+    (("inconclusive",), "Inconclusive"),
+    (("new",), "No baseline yet"),
+    (("unchanged", "info"), "Unchanged"),
+    (("recorded",), "Recorded"),
 )
 ICONS = {
     "regression": ":red_circle:",
     "changed": ":red_circle:",
     "improvement": ":green_circle:",
+    "inconclusive": ":yellow_circle:",
     "new": ":white_circle:",
     "unchanged": ":heavy_check_mark:",
     "recorded": ":memo:",
     "info": "",
 }
-#: (singular, plural) for the headline's counts.
+#: (singular, plural) for the headline's counts of tests.
 COUNT_WORDS = {
     "regression": ("regression", "regressions"),
     "changed": ("changed category", "changed categories"),
@@ -38,27 +45,19 @@ COUNT_WORDS = {
     "new": ("without baseline", "without baseline"),
     "unchanged": ("unchanged", "unchanged"),
 }
-HEADER = "| test | metric | baseline | measured | change | tolerance | verdict |"
+HEADLINE_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded")
+HEADER = "| test | metric | baseline | measured | change | limit | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def _row(record: TestRecord, verdict: dict[str, Any]) -> str:
+    from pytest_gpuperf.reporting.terminal import row
 
-
-def _rows(record: TestRecord, only_judged: bool) -> list[str]:
-    from pytest_gpuperf.report import STATUS_WORDS, _row
-
-    rows = []
-    for verdict in record.verdicts:
-        if only_judged and verdict["status"] == "info":
-            continue
-        label, baseline, measured, change, tol, word = _row(verdict)
-        icon = ICONS.get(verdict["status"], "")
-        word = STATUS_WORDS.get(verdict["status"], word)
-        cells = [f"`{record.nodeid}`", label, baseline, measured, change, tol, f"{icon} {word}".strip()]
-        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return rows
+    label, baseline, measured, change, limit, word = row(verdict)
+    icon = ICONS.get(verdict["status"], "")
+    cells = [code(record.nodeid), text(label), text(baseline), text(measured), text(change), text(limit)]
+    cells.append(f"{icon} {text(word)}".strip())
+    return "| " + " | ".join(cells) + " |"
 
 
 def _relative(path: str) -> str:
@@ -73,13 +72,13 @@ def _fingerprint_lines(devices: list[dict[str, Any]]) -> list[str]:
     lines = []
     for device in devices:
         fp = device["fingerprint"]
-        software = ", ".join(f"{k} {fp[k]}" for k in ("driver", "runtime", "torch") if fp.get(k))
-        line = f"- **{describe(fp)}** ({fp.get('backend', '?')}, {fp.get('memory_gib', '?')} GiB"
+        software = text(", ".join(f"{k} {fp[k]}" for k in ("driver", "runtime", "torch") if fp.get(k)))
+        line = f"- **{text(describe(fp))}** ({text(fp.get('backend', '?'))}, {text(fp.get('memory_gib', '?'))} GiB"
         line += f"; {software})" if software else ")"
-        line += f": baseline file `{_relative(str(device.get('baseline_file')))}`"
+        line += f": baseline file {code(_relative(str(device.get('baseline_file'))), in_table=False)}"
         changes = device.get("software_changes") or []
         if changes:
-            line += f"; software differs from the baseline: {'; '.join(changes)}"
+            line += f"; software differs from the baseline: {text('; '.join(changes))}"
         lines.append(line)
     return lines
 
@@ -87,7 +86,8 @@ def _fingerprint_lines(devices: list[dict[str, Any]]) -> list[str]:
 def _baseline_change_lines(baseline_ref: Mapping[str, Any]) -> list[str]:
     changes = baseline_ref.get("changes") or []
     ref = baseline_ref.get("ref")
-    title = f"### Baseline entries this PR changes against `{ref}` ({str(baseline_ref.get('commit', ''))[:12]})"
+    commit = text(str(baseline_ref.get("commit", ""))[:12])
+    title = f"### Baseline entries this PR changes against {code(str(ref), in_table=False)} ({commit})"
     if not changes:
         return [title, "", "None: every baseline file equals the one on the ref.", ""]
     loosened = sum(1 for c in changes if c.get("loosens"))
@@ -97,8 +97,9 @@ def _baseline_change_lines(baseline_ref: Mapping[str, Any]) -> list[str]:
     lines += ["| file | change | test | metric | detail |", "|---|---|---|---|---|"]
     for c in changes:
         flag = " :warning:" if c.get("loosens") else ""
-        cells = [f"`{c['file']}`", c["change"] + flag, f"`{c['test']}`" if c.get("test") else "", c.get("metric") or ""]
-        lines.append("| " + " | ".join(_cell(x) for x in [*cells, c.get("detail", "")]) + " |")
+        cells = [code(c["file"]), text(c["change"]) + flag, code(c["test"]) if c.get("test") else ""]
+        cells += [text(c.get("metric") or ""), text(c.get("detail", ""))]
+        lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -115,7 +116,7 @@ def artifact_links(artifacts: Mapping[str, Any], env: Mapping[str, str] | None =
     lines = ["### Artifacts", ""]
     if run_url:
         lines.append(f"Download them from the [artifacts of this run]({run_url}#artifacts):")
-    lines += [f"- `{name}`" for name in names]
+    lines += [f"- {code(name, in_table=False)}" for name in names]
     return [*lines, ""]
 
 
@@ -132,7 +133,7 @@ def render_markdown(
     gp = document["gpuperf"]
     counts = gp["summary"]
     parts = [
-        f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s, _ in SECTIONS if counts.get(s) and s in COUNT_WORDS
+        f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s in HEADLINE_ORDER if counts.get(s) and s in COUNT_WORDS
     ] or ["nothing judged"]
     verdict = ":red_circle:" if counts.get("regression") or counts.get("changed") else ":green_circle:"
     lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({counts['tests']} perf tests)", ""]
@@ -140,25 +141,25 @@ def render_markdown(
     if gp.get("mode") == "update":
         lines += ["Baselines were **recorded** in this run (`--gpuperf-update`); review the `baselines/` diff.", ""]
     lines += ["**Devices**", "", *_fingerprint_lines(gp["devices"]), ""]
-    for status, title in SECTIONS:
-        group = [r for r in records if r.status == status]
-        if not group:
+    for statuses, title in SECTIONS:
+        rows = [(r, v) for r in records for v in r.verdicts if v["status"] in statuses]
+        if not rows or all(v["status"] == "info" for _, v in rows):
             continue
-        body = [HEADER, RULE, *[row for r in group for row in _rows(r, only_judged=True)]]
-        if status == "unchanged":
-            lines += [f"<details><summary>{title} ({len(group)} tests)</summary>", "", *body, "", "</details>", ""]
-        else:
-            lines += [f"### {ICONS[status]} {title} ({len(group)})", "", *body, ""]
-            if status in ("regression", "changed"):
-                ids = " ".join(f"'{r.nodeid}'" for r in group)
-                lines += [
-                    "If intended, record the new numbers with:",
-                    "",
-                    "```",
-                    f"pytest --gpuperf --gpuperf-update {ids}",
-                    "```",
-                    "",
-                ]
+        tests = len({r.nodeid for r, _ in rows})
+        count = f"{len(rows)} metric{'s' if len(rows) != 1 else ''} of {tests} test{'s' if tests != 1 else ''}"
+        body = [HEADER, RULE, *[_row(r, v) for r, v in rows]]
+        if statuses[0] == "unchanged":
+            lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
+            continue
+        lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
+        if statuses[0] in ("regression", "changed"):
+            ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in rows))
+            lines += [
+                "If intended, record the new numbers with:",
+                "",
+                *fenced(f"pytest --gpuperf --gpuperf-update {ids}"),
+            ]
+            lines.append("")
     if gp.get("baseline_ref"):
         lines += _baseline_change_lines(gp["baseline_ref"])
     lines += artifact_links(gp.get("artifacts") or {}, env)

@@ -4,8 +4,9 @@
   ``--gpuperf-plot DIR``: written by the controller at the end of a ``--gpuperf`` run from
   every test's report (so also from pytest-xdist workers' results);
 * ``--gpuperf-baseline-ref REF``: baselines are read from a git ref, and the report lists
-  the entries the working tree changes against it;
-* pytest-xdist: one GPU per worker (``--gpuperf-worker-gpus``), distributed tests kept off workers.
+  the entries the working tree changes against it.
+
+(One GPU per pytest-xdist worker is its own feature: :mod:`pytest_gpuperf.workers.plugin`.)
 """
 
 from __future__ import annotations
@@ -54,14 +55,6 @@ REPORTING_OPTIONS: list[tuple[Any, ...]] = [
         "working tree, and report the baseline entries the working tree changes against it",
         {"metavar": "REF"},
     ),
-    (
-        "--gpuperf-worker-gpus",
-        "str",
-        "auto",
-        "GPUs shared out to pytest-xdist workers, one per worker: auto "
-        "(CUDA_VISIBLE_DEVICES or nvidia-smi), a list like 0,1,2,3, or off",
-        {"metavar": "auto|off|LIST"},
-    ),
 ]
 
 COLLECTOR_NAME = "gpuperf-reporting"
@@ -72,23 +65,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser, REPORTING_OPTIONS)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """In a pytest-xdist worker, pin CUDA_VISIBLE_DEVICES before conftests and test modules import torch."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # not an xdist worker: nothing to pin, and no import on every plain run
-    from pytest_gpuperf.reporting.xdist_gpus import ENV_GPUS, pin_worker
-
-    if os.environ.get(ENV_GPUS):
-        pin_worker()
-
-
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--gpuperf``: use the git ref's baselines, share GPUs out to workers, collect results."""
+    """Under ``--gpuperf``: use the git ref's baselines; on the controller, collect every test's results."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
@@ -103,21 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
         config.stash[REF_KEY] = ref
     if _is_worker(config):
-        from pytest_gpuperf.reporting.xdist_gpus import cuda_already_initialised, pin_worker
-
-        gpu = pin_worker()
-        if gpu is not None and cuda_already_initialised():
-            raise pytest.UsageError(
-                f"pytest-gpuperf: xdist worker {os.environ.get('PYTEST_XDIST_WORKER')} should run on GPU {gpu}, "
-                "but CUDA was initialised before pytest-gpuperf could set CUDA_VISIBLE_DEVICES (a conftest or plugin "
-                "touched torch.cuda at import); move that CUDA call into a fixture"
-            )
-        return
-    collector = ReportCollector(config, ref)
-    config.pluginmanager.register(collector, COLLECTOR_NAME)
-    workers = getattr(config.option, "numprocesses", None)
-    if isinstance(workers, int) and workers > 0:
-        collector.share_gpus(workers)
+        return  # workers send their results to the controller on their reports
+    config.pluginmanager.register(ReportCollector(config, ref), COLLECTOR_NAME)
 
 
 REF_KEY = pytest.StashKey["GitRef"]()
@@ -129,20 +98,6 @@ def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Any:
     return ref.loader() if ref is not None else None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker under ``--gpuperf``, skip distributed perf tests (they need every GPU).
-
-    Distributed means marked ``gpuperf_distributed`` or using the ``gpuperf_torchrun`` fixture.
-    """
-    if not _is_worker(config) or config.stash.get(SESSION_KEY, None) is None:
-        return
-    from pytest_gpuperf.reporting.xdist_gpus import DISTRIBUTED_SKIP, is_distributed
-
-    for item in items:
-        if is_distributed(item.get_closest_marker, getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.skip(reason=DISTRIBUTED_SKIP))
-
-
 class ReportCollector:
     """Collects perf results from reports (its own and xdist workers') and writes the reports at the end."""
 
@@ -152,34 +107,9 @@ class ReportCollector:
         self.records: dict[str, TestRecord] = {}
         self.lines: list[str] = []
         self.baseline_ref: dict[str, Any] | None = None
-        self._env_set: str | None = None
         #: Feature plugins add sections: ``extras`` under the JSON's ``gpuperf`` key, Markdown blocks after the title.
         self.extras: dict[str, Any] = {}
         self.markdown_blocks: list[str] = []
-
-    def share_gpus(self, workers: int) -> None:
-        """Tell the workers (through the environment they inherit) which GPUs to take, one each."""
-        from pytest_gpuperf.reporting.xdist_gpus import ENV_GPUS, parse_gpu_setting, sharing_warning
-
-        if ENV_GPUS in os.environ:
-            gpus = [g for g in os.environ[ENV_GPUS].split(",") if g]
-        else:
-            gpus = parse_gpu_setting(get_option(self.config, "--gpuperf-worker-gpus"))
-            if gpus:
-                os.environ[ENV_GPUS] = ",".join(gpus)
-                self._env_set = ENV_GPUS
-        if gpus:
-            self.lines.append(
-                f"xdist: {workers} worker(s), GPUs {','.join(gpus)} (worker gwN uses GPU N mod {len(gpus)})"
-            )
-        warning = sharing_warning(workers, gpus)
-        if warning:
-            self.lines.append(warning)
-
-    def pytest_unconfigure(self) -> None:
-        """Take the GPU list out of the environment again."""
-        if self._env_set:
-            os.environ.pop(self._env_set, None)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the call-phase outcome and the ``report.gpuperf`` payload of every perf test."""

@@ -1,0 +1,166 @@
+"""Terminal output under ``--gpuperf``, following pytest's verbosity, and the failing test's message.
+
+* ``-q``: one summary line (``gpuperf: 9 tests, 27 metrics: 26 ok, 1 regression``);
+* default: that line plus one row per metric that is not ok (regressed, improved, changed,
+  no baseline, inconclusive) and what to do about them;
+* ``-v``: a table per test with every metric.
+
+A failing test's own message (its ``longrepr``) starts with the short fact
+(``peak memory +27.6% > +5.0% (1.00 MiB -> 1.28 MiB)``), which pytest's short test summary
+shows after ``FAILED ...``; its table is printed once, in the summary.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from pytest_gpuperf.reporting.verdict_text import (
+    NOT_OK,
+    STATUS_WORDS,
+    change_text,
+    limit_text,
+    short_fact,
+    verdict_word,
+)
+from pytest_gpuperf.units import format_value
+
+HEADER = ["metric", "baseline", "measured", "change", "limit", "verdict"]
+
+
+class SummarySource(Protocol):
+    """What the summary reads from the active session (kept narrow: no import of the session)."""
+
+    reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]
+    update_errors: list[str]
+
+
+def row(verdict: dict[str, Any]) -> list[str]:
+    """One table row: metric, baseline, measured, change, the applied limit, verdict (with what decided it)."""
+    unit = verdict["unit"]
+    baseline = verdict.get("baseline")
+    return [
+        verdict["label"],
+        format_value(baseline, unit) if baseline is not None else "-",
+        format_value(verdict["value"], unit),
+        change_text(verdict),
+        limit_text(verdict),
+        verdict_word(verdict),
+    ]
+
+
+def render_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
+    """Left-aligned text table."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return lines
+
+
+def metric_section(verdicts: list[dict[str, Any]]) -> str:
+    """The table of one test's metrics."""
+    return "\n".join(render_table([row(v) for v in verdicts], HEADER))
+
+
+def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: list[str]) -> str:
+    """A failing perf test's message: the short fact first (pytest's short summary shows that line),
+    then the judge's full sentences, then how to accept an intended change."""
+    failing = [v for v in verdicts if v.get("status") in ("regression", "changed")]
+    if not failing:
+        failing = [v for v in verdicts if v.get("status") == "new"]
+    head = "; ".join(short_fact(v) for v in failing) or (failures[0] if failures else "performance regression")
+    hint = (
+        "If this change is intended, record it with: "
+        f"pytest --gpuperf --gpuperf-update {shlex.quote(node_id)} and commit the baselines/ diff."
+    )
+    return "\n".join([head, *("  " + line for line in failures), hint])
+
+
+def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> str:
+    """``gpuperf: 9 tests, 27 metrics: 25 ok, 1 REGRESSION, 1 no baseline (AMD EPYC)``."""
+    tests, counts, devices = 0, Counter[str](), []
+    for _, data, verdicts in reported:
+        tests += 1
+        device = (data.get("fingerprint") or {}).get("device_name")
+        if device and device not in devices:
+            devices.append(device)
+        for verdict in verdicts:
+            status = str(verdict.get("status"))
+            counts["ok" if status == "unchanged" else STATUS_WORDS.get(status, status)] += 1
+    metrics = sum(counts.values())
+    order = ["ok", "REGRESSION", "CHANGED", "improved", "no baseline", "inconclusive", "recorded", "-"]
+    parts = [f"{counts[w]} {'informational' if w == '-' else w}" for w in order if counts[w]]
+    parts += [f"{n} {w}" for w, n in counts.items() if w not in order]
+    where = f" ({', '.join(devices)})" if devices else ""
+    return f"gpuperf: {tests} test{'s' if tests != 1 else ''}, {metrics} metrics: {', '.join(parts)}{where}"
+
+
+def write_terminal_summary(terminalreporter: Any, session: SummarySource, settings: Any) -> None:
+    """Write the ``gpuperf`` summary at pytest's verbosity, then what to do about new or improved metrics."""
+    tr = terminalreporter
+    for error in session.update_errors:
+        tr.write_line(error, red=True, bold=True)
+    reported = session.reported
+    if not reported:
+        return
+    verbosity = int(getattr(tr, "verbosity", 0) or 0)
+    line = summary_line(reported)
+    bad = any(v.get("status") in ("regression", "changed") for _, _, vs in reported for v in vs)
+    if verbosity < 0:
+        tr.write_line(line, red=bad, bold=bad)
+        return
+    tr.write_sep("=", "gpuperf summary")
+    tr.write_line(line, red=bad, bold=bad)
+    if verbosity > 0:
+        for node_id, data, verdicts in reported:
+            device = (data.get("fingerprint") or {}).get("device_name", "?")
+            tr.write_line(f"{node_id}  [{device}]")
+            for text in render_table([row(v) for v in verdicts], HEADER):
+                tr.write_line("    " + text)
+    else:
+        rows = [[node_id, *row(v)] for node_id, _, verdicts in reported for v in verdicts if v["status"] in NOT_OK]
+        if rows:
+            for text in render_table(rows, ["test", *HEADER]):
+                tr.write_line("  " + text)
+            tr.write_line("  (every metric: pytest -v)")
+    _write_notes(tr, reported, settings)
+
+
+def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], settings: Any) -> None:
+    new_tests: list[str] = []
+    improved: list[str] = []
+    budget: list[str] = []
+    fingerprints: dict[str, dict[str, Any]] = {}
+    for node_id, data, verdicts in reported:
+        fingerprints[data.get("baseline_file", "")] = data
+        statuses = {v["status"] for v in verdicts}
+        if "new" in statuses:
+            new_tests.append(node_id)
+        if "improvement" in statuses:
+            improved.append(node_id)
+        if any((v.get("extra") or {}).get("budget_exhausted") for v in verdicts):
+            budget.append(node_id)
+    if budget:
+        tr.write_line(
+            f"note: the time budget ran out before the target precision in {len(budget)} test(s) "
+            "(raise --gpuperf-max-time for a tighter estimate)"
+        )
+    for path, data in sorted(fingerprints.items()):
+        changes = data.get("software_changes") or []
+        if changes:
+            tr.write_line(f"software differs from {path}: {'; '.join(changes)}")
+    if settings is not None and settings.update:
+        files = sorted({data.get("baseline_file", "") for _, data, _ in reported})
+        tr.write_line(f"baselines recorded in: {', '.join(files)} -- review the diff and commit it")
+    if new_tests:
+        tr.write_line(
+            f"{len(new_tests)} test(s) have no baseline for this hardware; record them with:\n"
+            "    pytest --gpuperf --gpuperf-update " + " ".join(shlex.quote(n) for n in new_tests)
+        )
+    if improved:
+        tr.write_line(
+            f"{len(improved)} test(s) improved past tolerance; lock the gain in with:\n"
+            "    pytest --gpuperf --gpuperf-update " + " ".join(shlex.quote(n) for n in improved)
+        )
