@@ -47,8 +47,8 @@ def test_a_pr_that_loosens_its_baseline_is_still_judged_by_the_base_refs_and_the
     pytester.makepyfile(test_rec=RECORDED.format(values={"a": 1.6, "b": 1.0, "c": 1.0}))
     path = baseline_path(pytester)
     data = yaml.safe_load(path.read_text())
-    data["tests"]["test_rec.py::test_latency[cpu-a]"]["script.latency"]["value"] = 1.7
-    del data["tests"]["test_rec.py::test_latency[cpu-b]"]
+    data["tests"]["test_rec.py::test_latency[a-cpu]"]["script.latency"]["value"] = 1.7
+    del data["tests"]["test_rec.py::test_latency[b-cpu]"]
     path.write_text(yaml.safe_dump(data))
 
     pytester.runpytest("--gpuperf", *fast_args).assert_outcomes(passed=3)  # the working tree looks fine
@@ -59,18 +59,18 @@ def test_a_pr_that_loosens_its_baseline_is_still_judged_by_the_base_refs_and_the
     )
     out = result.stdout.str()
     assert (
-        f"baselines/{path.name}: metric changed test_rec.py::test_latency[cpu-a] script.latency: "
+        f"baselines/{path.name}: metric changed test_rec.py::test_latency[a-cpu] script.latency: "
         "value 1 s -> 1.7 s (+70.0%)  [LOOSENS THE GATE]"
     ) in out
     assert (
-        f"baselines/{path.name}: test removed test_rec.py::test_latency[cpu-b]: 1 metric(s) no longer gated"
+        f"baselines/{path.name}: test removed test_rec.py::test_latency[b-cpu]: 1 metric(s) no longer gated"
         "  [LOOSENS THE GATE]"
     ) in out
     ref = json.loads((pytester.path / "r.json").read_text())["gpuperf"]["baseline_ref"]
     assert ref["ref"] == "main" and ref["commit"] == git(pytester.path, "rev-parse", "main").strip()
     assert [(c["change"], c["test"], c["loosens"]) for c in ref["changes"]] == [
-        ("metric changed", "test_rec.py::test_latency[cpu-a]", True),
-        ("test removed", "test_rec.py::test_latency[cpu-b]", True),
+        ("metric changed", "test_rec.py::test_latency[a-cpu]", True),
+        ("test removed", "test_rec.py::test_latency[b-cpu]", True),
     ]
 
 
@@ -90,7 +90,7 @@ def test_a_new_baseline_file_is_listed_and_tests_it_holds_are_new_against_the_re
     name = baseline_path(pytester).name
     out = result.stdout.str()
     assert f"baselines/{name}: file added: 1 test(s)" in out
-    assert f"baselines/{name}: test added test_rec.py::test_latency[cpu-a]: 1 metric(s)" in out
+    assert f"baselines/{name}: test added test_rec.py::test_latency[a-cpu]: 1 metric(s)" in out
     assert "no baseline" in out  # judged against HEAD, which has no baselines
     markdown = (pytester.path / "pr.md").read_text()
     assert "### Baseline entries this PR changes against `HEAD`" in markdown

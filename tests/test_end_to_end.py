@@ -50,7 +50,7 @@ def test_recording_then_an_unchanged_run_passes(pytester: pytest.Pytester, fast_
     metrics = data["tests"]["test_perf.py::test_scaled_matmul[cpu]"]
     assert metrics["step.peak_memory"]["value"] >= 2**20
     assert len(metrics["step.throughput"]["samples"]) >= 3
-    again = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-cpu-time-tolerance", "1.0")
+    again = pytester.runpytest("--gpuperf", "-v", *fast_args, "--gpuperf-cpu-time-tolerance", "1.0")
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["*gpuperf summary*", "*peak memory*ok*"])
 
@@ -65,7 +65,7 @@ def test_a_step_doing_much_more_work_fails_naming_the_throughput(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*pytest-gpuperf: performance regression*",
+            "*throughput -*% < -20.0% (*x slower, tolerance 25%)*",  # the short reason comes first
             "*throughput * < baseline * (-*%, 95% CI*tolerance 25%) on *",
             "*pytest --gpuperf --gpuperf-update*test_scaled_matmul*",
         ]
@@ -303,6 +303,6 @@ def test_informational_metrics_are_recorded_and_shown_but_never_fail(
     [path] = baseline_files(pytester)
     assert "step.peak_memory" in yaml.safe_load(path.read_text())["tests"]["test_perf.py::test_scaled_matmul[cpu]"]
     pytester.makepyfile(test_perf=source.format(work=1, alloc=8))
-    result = pytester.runpytest("--gpuperf", *fast_args)  # 8x the memory and much slower: neither fails
+    result = pytester.runpytest("--gpuperf", "-v", *fast_args)  # 8x the memory and much slower: neither fails
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*throughput * krows/s * krows/s * -", "*peak memory * MiB * MiB * -"])

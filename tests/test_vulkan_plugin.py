@@ -92,7 +92,7 @@ def test_perf_run_on_vulkan_records_then_compares_throughput_memory_and_bound(
     baseline = next((pytester.path / "baselines").glob("vulkan-*.yaml")).read_text()
     for expected in ("saxpy.throughput", "saxpy.peak_memory", "saxpy.bound", "cooperative_matrix", "timer"):
         assert expected in baseline
-    compared = pytester.runpytest("--gpuperf", "--gpuperf-backend", "vulkan", "-rA", *fast_args)
+    compared = pytester.runpytest("--gpuperf", "--gpuperf-backend", "vulkan", "-v", *fast_args)
     compared.assert_outcomes(passed=1)
     compared.stdout.fnmatch_lines(["*saxpy: bound*memory-bound*memory-bound*"])
 
