@@ -13,27 +13,15 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.markers import GPUPERF_MARKER_KEYS, MarkerError, gpuperf_options
+
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-#: Keys accepted by ``@pytest.mark.gpuperf(...)``.
-MARKER_KEYS = frozenset(
-    {
-        "time_tolerance",
-        "memory_tolerance",
-        "tolerance",
-        "tolerances",
-        "max_time",
-        "min_samples",
-        "precision",
-        "bound",
-        "informational",
-    }
-)
+__all__ = ["MARKER_KEYS", "MarkerError", "TestContext", "build_context", "env_world_size"]
 
-
-class MarkerError(ValueError):
-    """A ``@pytest.mark.gpuperf(...)`` argument the plugin cannot use; the message names the test and key."""
+#: Keys accepted by ``@pytest.mark.gpuperf(...)``, and their validation: :mod:`pytest_gpuperf.markers`.
+MARKER_KEYS = GPUPERF_MARKER_KEYS
 
 
 @dataclass(frozen=True)
@@ -68,11 +56,6 @@ def build_context(
     node_id: str, backend: Backend, marker_kwargs: Mapping[str, Any] | None = None, world_size: int | None = None
 ) -> TestContext:
     """Validate the marker's keys and freeze the context (world size: given, else ``WORLD_SIZE``)."""
-    options = dict(marker_kwargs or {})
-    unknown = set(options) - MARKER_KEYS
-    if unknown:
-        raise MarkerError(
-            f"{node_id}: @pytest.mark.gpuperf got unknown argument(s) {sorted(unknown)}; known: {sorted(MARKER_KEYS)}"
-        )
+    options = gpuperf_options(node_id, (), dict(marker_kwargs or {}))  # keys and ranges checked
     size = env_world_size() if world_size is None else int(world_size)
     return TestContext(node_id, backend, size, MappingProxyType(options))
