@@ -112,7 +112,7 @@ def why(verdict: dict[str, Any]) -> str:
         low, high = verdict["ci"]
         notes.append(f"95% CI {format_change(low)}..{format_change(high)}")
     extra = verdict.get("extra") or {}
-    if extra.get("budget_exhausted"):
+    if extra.get("budget_exhausted") and status != "info":  # an informational row decides nothing
         notes.append("time budget ran out")
     return "; ".join(notes)
 
