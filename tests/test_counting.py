@@ -93,6 +93,13 @@ def test_in_place_ops_count_the_mutated_tensor_once_per_direction() -> None:
     assert count(lambda: torch.add(X, y, out=target)).bytes == 3 * nbytes  # out= is written, never read
 
 
+def test_foreach_in_place_ops_count_every_tensor_of_the_list_once_per_direction() -> None:
+    tensors = [rand(256, seed=i) for i in range(4)]
+    others = [rand(256, seed=10 + i) for i in range(4)]
+    assert count(lambda: torch._foreach_add_(tensors, others)).bytes == 4 * 3 * 256 * F32
+    assert count(lambda: torch._foreach_mul_(tensors, 0.5)).bytes == 4 * 2 * 256 * F32
+
+
 def test_in_place_scatters_count_the_rows_they_write() -> None:
     target = rand(10_000, 128)
     index = torch.tensor([3, 7, 11])

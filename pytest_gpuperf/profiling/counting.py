@@ -149,11 +149,12 @@ def _written_args(func: Any, bound: dict[str, Any]) -> list[Any]:
     schema = getattr(func, "_schema", None)
     if schema is None:
         return []
-    written = []
+    written: list[Any] = []
     for argument in schema.arguments:
         info = argument.alias_info
         if info is not None and info.is_write and argument.name in bound:
-            written.append(bound[argument.name])
+            value = bound[argument.name]
+            written += list(value) if isinstance(value, (list, tuple)) else [value]  # foreach ops mutate lists
     return written
 
 
