@@ -121,11 +121,25 @@ def test_causal_attention_counts_the_flops_it_does() -> None:
     assert causal.bytes == full.bytes  # the same tensors are read and written
 
 
+def test_causal_attention_backward_counts_the_flops_it_does() -> None:
+    q, k, v = (rand(1, 2, 128, 32, seed=s).requires_grad_(True) for s in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def step(causal: bool) -> None:
+        sdpa(q, k, v, is_causal=causal).sum().backward()
+
+    full, causal = count(lambda: step(False)), count(lambda: step(True))
+    forward = 2 * 2 * 128 * 128 * (32 + 32)
+    backward = 2 * 2 * 128 * 128 * (3 * 32 + 2 * 32)
+    assert full.flops == forward + backward
+    assert causal.flops == pytest.approx((forward + backward) * causal_pairs(128, 128) / 128**2)
+
+
 def test_causal_pairs_and_attention_flops_follow_the_mask() -> None:
     assert causal_pairs(4, 4) == 10 and causal_pairs(2, 4) == 3 and causal_pairs(6, 4) == 10 + 2 * 4
     q = rand(1, 8, 16)
     assert attention_flops(q, q, q, causal=False) == 2 * 8 * 8 * 16 * 2
-    assert attention_flops(q, q, q, causal=True, backward=True) == pytest.approx(2.5 * 2 * 36 * 16 * 2)
+    assert attention_flops(q, q, q, causal=True, backward=True) == 2 * 36 * (3 * 16 + 2 * 16)
 
 
 def test_layer_norm_softmax_counts_each_ops_traffic_and_the_bf16_dtype() -> None:

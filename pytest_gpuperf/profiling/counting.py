@@ -124,15 +124,17 @@ def causal_pairs(s_q: int, s_k: int) -> int:
 
 
 def attention_flops(query: Any, key: Any, value: Any, causal: bool, backward: bool = False) -> float:
-    """FLOPs of the two attention matmuls (``2.5x`` that for the backward pass), causal when asked."""
+    """FLOPs of the attention matmuls, causal when asked: two forward, five backward (FlopCounterMode's formulas:
+    the backward recomputes the scores, then the gradients of scores, V, Q and K)."""
     *batch, s_q, d_q = query.shape
     s_k, d_v = key.shape[-2], value.shape[-1]
     heads = 1
     for dim in batch:
         heads *= int(dim)
     pairs = causal_pairs(int(s_q), int(s_k)) if causal else int(s_q) * int(s_k)
-    forward = 2.0 * heads * pairs * (int(d_q) + int(d_v))
-    return forward * 2.5 if backward else forward
+    if backward:
+        return 2.0 * heads * pairs * (3 * int(d_q) + 2 * int(d_v))
+    return 2.0 * heads * pairs * (int(d_q) + int(d_v))
 
 
 def _named_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
