@@ -23,6 +23,8 @@ from pytest_gpuperf.profiling.roofline import (
 from pytest_gpuperf.profiling.roofs import (
     CACHE_PREFIX,
     CACHE_VERSION,
+    REFRESH_TRIES,
+    TRIES,
     RoofProvider,
     RoofStore,
     cache_key,
@@ -171,9 +173,11 @@ class CountingBackend(CpuBackend):
     def __init__(self, bandwidths: list[float]) -> None:
         self.bandwidths = bandwidths
         self.calls: list[str] = []
+        self.tries: list[int] = []
 
-    def measure_roof(self, what: str, cls: str) -> dict[str, Any] | None:
+    def measure_roof(self, what: str, cls: str, tries: int) -> dict[str, Any] | None:
         self.calls.append(what)
+        self.tries.append(tries)
         if what == "compute":
             return {"peak_flops": 1e11}
         if what == "dram":
@@ -206,6 +210,7 @@ def test_a_beaten_roof_is_measured_again_once_keeping_the_best() -> None:
     provider.roofs(backend, FINGERPRINT, "float32")
     refreshed = provider.refresh(backend, FINGERPRINT, "float32", "DRAM")
     assert refreshed is not None and refreshed.bandwidth == 3e10
+    assert backend.tries == [TRIES, TRIES, TRIES, REFRESH_TRIES]  # a beaten roof gets a more thorough look
     assert provider.refresh(backend, FINGERPRINT, "float32", "DRAM") is None  # once per session and roof
     assert RoofProvider(RoofStore(cache)).roofs(backend, FINGERPRINT, "float32").bandwidth == 3e10
     lower = RoofProvider(RoofStore(cache))

@@ -1,6 +1,6 @@
 """Measured roofs, kept in pytest's cache: peak FLOP/s, DRAM and last-level-cache bandwidth of a device.
 
-Each backend measures its own roofs. A backend with a ``measure_roof(what, dtype_class)``
+Each backend measures its own roofs. A backend with a ``measure_roof(what, dtype_class, tries)``
 method (the Vulkan backend: its copy and FMA-chain kernels) answers for itself; torch
 backends use the workloads here:
 
@@ -166,7 +166,7 @@ def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[s
     """One roof of ``backend``: ``compute`` (dtype class ``cls``), ``dram`` or ``cache``; None if not measurable."""
     custom = getattr(backend, "measure_roof", None)
     if custom is not None:
-        return custom(what, cls)
+        return custom(what, cls, tries)
     if not backend.runs_torch:
         return None
     if backend.name == "cpu":  # with the thread count CPU steps are measured with (--gpuperf-cpu-threads)

@@ -255,6 +255,10 @@ def draw_roofline(
             zorder=5,
             label=label,
         )
+    if any(point.flag for point in points):
+        ax.scatter(
+            [], [], s=80, facecolors="none", edgecolors="#b00000", linewidths=2.0, label="over its roof: counting error"
+        )
     ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=11)
     ax.set_ylabel("achieved throughput (FLOP/s)", fontsize=11)
     ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=12)

@@ -201,13 +201,13 @@ class VulkanBackend(Backend):
             self._device.release_all()
 
     # -- roofs ----------------------------------------------------------------------
-    def measure_roof(self, what: str, dtype_class: str) -> dict[str, Any] | None:
+    def measure_roof(self, what: str, dtype_class: str, tries: int = 5) -> dict[str, Any] | None:
         """One roof for :mod:`pytest_gpuperf.profiling.roofs`: ``compute`` (float32 FMA chains), ``dram`` (copy
         and saxpy kernels); ``cache`` is not measured on Vulkan (None: steps are judged against DRAM)."""
         from pytest_gpuperf.backends.vulkan.roofs import measure_bandwidth, measure_compute
 
         if what == "compute":
-            return {"peak_flops": measure_compute(self.device()), "kernel": "fma_chain float32"}
+            return {"peak_flops": measure_compute(self.device(), tries), "kernel": "fma_chain float32"}
         if what == "dram":
-            return {"bandwidth": measure_bandwidth(self.device()), "kernel": "copy/saxpy vec4"}
+            return {"bandwidth": measure_bandwidth(self.device(), tries), "kernel": "copy/saxpy vec4"}
         return None

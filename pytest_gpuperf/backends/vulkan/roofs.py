@@ -4,6 +4,7 @@ The roofs are *measured*, not looked up: the bandwidth roof is the best rate of 
 vec4 copy and saxpy kernels over buffers of 32 MiB (CPU device) or 256 MiB (GPU), the
 compute roof the best rate of eight independent float32 FMA chains per thread
 (:mod:`pytest_gpuperf.backends.vulkan.kernels`), each the best of :data:`ROOF_REPEATS`
+(more when the roofline asks again because a step beat the roof)
 timed blocks. The classification (memory-, compute-, latency-, host-bound, with its
 hysteresis) is the roofline module's, the same as on torch backends
 (:mod:`pytest_gpuperf.profiling.roofline`); a step gets it when it passes
@@ -21,12 +22,14 @@ if TYPE_CHECKING:
 ROOF_REPEATS = 5
 
 
-def _best_rate(device: VulkanDevice, launch: Callable[[], None], work: float, launches: int) -> float:
-    """Most ``work`` units per second over :data:`ROOF_REPEATS` timed blocks of ``launches`` dispatches."""
+def _best_rate(
+    device: VulkanDevice, launch: Callable[[], None], work: float, launches: int, tries: int = ROOF_REPEATS
+) -> float:
+    """Most ``work`` units per second over ``tries`` timed blocks of ``launches`` dispatches."""
     launch()
     device.synchronize()
     best = 0.0
-    for _ in range(ROOF_REPEATS):
+    for _ in range(tries):
         if device.timestamps:
             with device.timed() as timer:
                 for _ in range(launches):
@@ -39,7 +42,7 @@ def _best_rate(device: VulkanDevice, launch: Callable[[], None], work: float, la
     return best
 
 
-def measure_bandwidth(device: VulkanDevice) -> float:
+def measure_bandwidth(device: VulkanDevice, tries: int = ROOF_REPEATS) -> float:
     """Best bytes/s of the copy and saxpy kernels (read + write of every byte)."""
     import numpy as np
 
@@ -54,8 +57,8 @@ def measure_bandwidth(device: VulkanDevice) -> float:
     copy = kernels.copy(device, src, dst)
     saxpy = kernels.saxpy(device, 0.5, src, other, dst)
     bandwidth = max(
-        _best_rate(device, copy, 2.0 * src.nbytes, launches),
-        _best_rate(device, saxpy, 3.0 * src.nbytes, launches),
+        _best_rate(device, copy, 2.0 * src.nbytes, launches, tries),
+        _best_rate(device, saxpy, 3.0 * src.nbytes, launches, tries),
     )
 
     for buf in (src, other, dst):
@@ -63,7 +66,7 @@ def measure_bandwidth(device: VulkanDevice) -> float:
     return bandwidth
 
 
-def measure_compute(device: VulkanDevice) -> float:
+def measure_compute(device: VulkanDevice, tries: int = ROOF_REPEATS) -> float:
     """Best float32 FLOP/s of the FMA-chain kernel."""
     import numpy as np
 
@@ -74,7 +77,7 @@ def measure_compute(device: VulkanDevice) -> float:
     trips = device.pick(cpu=256, default=1024)
     out = device.empty(threads, tracked=False)
     fma = kernels.fma_chain(device, out, trips)
-    compute = _best_rate(device, fma, float(threads * trips * kernels.FMA_FLOP_PER_TRIP), launches)
+    compute = _best_rate(device, fma, float(threads * trips * kernels.FMA_FLOP_PER_TRIP), launches, tries)
     if not np.isfinite(out.read()).all():
         raise RuntimeError(f"{device.info.name}: the FMA roof kernel produced non-finite values")
     out.raw.destroy()
