@@ -264,3 +264,55 @@ def test_a_step_a_few_percent_over_its_roof_is_flagged_as_running_at_the_roof() 
     assert at_roof.over_roof and at_roof.bound == COMPUTE_BOUND
     assert "counting error within the roof's noise: the counted FLOPs give 103%" in at_roof.explain()
     assert "roof share over 100%, not shown" in at_roof.explain()
+
+
+def test_a_backend_without_roofs_gets_a_note_not_a_crash() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.backends.base import Availability, Backend
+    from pytest_gpuperf.profiling.analytic import analytic_verdict
+
+    class NoRoofs(Backend):
+        name, runs_torch = "fpga", False
+
+        def availability(self) -> Availability:
+            return Availability(True, "here")
+
+        def device(self) -> None:
+            return None
+
+        def fingerprint(self) -> dict[str, Any]:
+            return dict(FINGERPRINT, backend="fpga")
+
+        def synchronize(self) -> None:
+            pass
+
+        def time_block(self, step: Any, iters: int) -> float:
+            return 1e-3 * iters
+
+        def measure_peak_memory(self, step: Any) -> int:
+            return 0
+
+    context = SimpleNamespace(
+        handle=SimpleNamespace(backend=NoRoofs()),
+        hints={"flops": 1e6, "bytes_moved": 1e6},
+        timing=SimpleNamespace(typical=1e-3, median=1e-3),
+        name="step",
+        step=lambda: None,
+    )
+    result = analytic_verdict(context, RoofProvider(RoofStore(None)), FINGERPRINT, 0.3, None)  # type: ignore[arg-type]
+    assert result.line is None and result.metrics == []
+    assert (
+        "backend fpga has no measured roofs" in result.note and "measure_roof(what, dtype_class, tries)" in result.note
+    )
+    hintless = SimpleNamespace(**{**vars(context), "hints": {}})
+    assert (
+        "pass measure(flops=..., bytes_moved=...)"
+        in analytic_verdict(
+            hintless,
+            RoofProvider(RoofStore(None)),
+            FINGERPRINT,
+            0.3,
+            None,  # type: ignore[arg-type]
+        ).note
+    )

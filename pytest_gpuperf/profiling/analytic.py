@@ -82,7 +82,10 @@ def analytic_verdict(
     try:
         roofs = provider.roofs(backend, fingerprint, count.dtype)
     except (KeyError, TypeError) as exc:
-        return AnalyticResult(count, None, [], f"no bound verdict: backend {backend.name} measured no roofs ({exc})")
+        why = f"no bound verdict: backend {backend.name} has no measured roofs ({type(exc).__name__}: {exc})"
+        if not backend.runs_torch and getattr(backend, "measure_roof", None) is None:
+            why += "; a backend that does not run torch measures its own with measure_roof(what, dtype_class, tries)"
+        return AnalyticResult(count, None, [], why)
     timing = context.timing
     busy = None if backend.is_host_cpu() else device_busy_share(timing)
 
