@@ -269,3 +269,17 @@ def test_an_unavailable_ncu_is_asked_once_per_session(tmp_path: Path, monkeypatc
         with pytest.raises(NcuUnavailable, match="ERR_NVGPUCTRPERM"):
             ext._session_capture("ncu", node_id)  # type: ignore[attr-defined]
     assert calls == [ids]
+
+
+def test_only_the_cuda_instances_of_perf_tests_join_the_ncu_session() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.profiling.plugin import _runs_on_cuda
+
+    def item(backend: str | None) -> object:
+        callspec = SimpleNamespace(params={"gpuperf_backend": backend}) if backend else None
+        return SimpleNamespace(callspec=callspec, nodeid=f"t.py::test_x[{backend}]")
+
+    assert _runs_on_cuda(item("cuda"))  # type: ignore[arg-type]
+    assert not _runs_on_cuda(item("cpu"))  # type: ignore[arg-type]
+    assert not _runs_on_cuda(item(None))  # type: ignore[arg-type]
