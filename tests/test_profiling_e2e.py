@@ -229,7 +229,7 @@ def test_a_share_above_the_roof_is_flagged_as_a_counting_error_in_the_report(
             gpuperf.measure(lambda: x * 2, bytes_moved=1e15)  # a petabyte per call: impossible
         """
     )
-    result = project.runpytest("--gpuperf", *fast_args, "-rA", "test_overcounted.py")
+    result = project.runpytest("--gpuperf", *fast_args, "-rA", "-v", "test_overcounted.py")
     result.assert_outcomes(passed=1)
     text = result.stdout.str()
     assert "roof share over 100%, not shown" in text
