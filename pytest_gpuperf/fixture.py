@@ -281,20 +281,36 @@ class GpuPerf:
         """Record any other metric (for example one a script printed) and judge it against its baseline.
 
         ``better`` is ``"lower"``, ``"higher"`` or ``"equal"``; a string ``value`` is a
-        category that fails the test when it changes.
+        category that fails the test when it changes. A number must be finite (0-d
+        tensors and numpy scalars are converted with ``float()``; with ``unit="B"`` it is
+        a memory size and must not be negative); anything else fails this test with a
+        ``TypeError``/``ValueError`` naming the metric, and nothing is recorded.
         """
-        if better not in ("lower", "higher", "equal"):
-            raise ValueError(
-                f"{self.node_id}: gpuperf.record({name!r}): better must be 'lower', 'higher' or 'equal', got {better!r}"
-            )
-        kind = "category" if isinstance(value, str) else KIND_CUSTOM
-        if unit == "B" and kind == KIND_CUSTOM:
-            kind = KIND_MEMORY
+        value, kind = self._checked_record(name, value, unit, better)
         metric = Metric(name, value, unit, better, kind)
         self.metrics.append(metric)
         if self.judging is not None:
             self.judging.store(self.context, self.judging.judge(self.context, [metric]))
         return metric
+
+    def _checked_record(self, name: object, value: object, unit: object, better: object) -> tuple[float | str, str]:
+        """``record()``'s arguments checked: the value as a plain number or word, and the metric's kind."""
+        from pytest_gpuperf.validate import finite_number, non_negative_number
+
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError(f"{self.node_id}: gpuperf.record(): name must be a non-empty string, got {name!r}")
+        what = f"{self.node_id}: gpuperf.record({name!r})"
+        if better not in ("lower", "higher", "equal"):
+            raise ValueError(f"{what}: better must be 'lower', 'higher' or 'equal', got {better!r}")
+        if not isinstance(unit, str):
+            raise TypeError(f"{what}: unit must be a string, got {unit!r}")
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError(f"{what}: a category value must be a non-empty word, got {value!r}")
+            return value, "category"
+        if unit == "B":
+            return non_negative_number(value, f"{what}: value"), KIND_MEMORY
+        return finite_number(value, f"{what}: value"), KIND_CUSTOM
 
 
 def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:

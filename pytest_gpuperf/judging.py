@@ -24,6 +24,7 @@ from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metr
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines import BaselineFile
+    from pytest_gpuperf.baselines.update import BaselineUpdater
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.settings import Settings
 
@@ -40,15 +41,10 @@ def judged_timing_metric(name: str, items: float | None) -> tuple[str, str]:
 
 
 def metric_to_entry(metric: Metric) -> dict[str, Any]:
-    """The baseline-file entry for one metric."""
-    from pytest_gpuperf.stats import spread_subset
+    """The baseline-file entry for one metric (see :func:`pytest_gpuperf.baselines.update.metric_to_entry`)."""
+    from pytest_gpuperf.baselines.update import metric_to_entry as to_entry
 
-    entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
-    if metric.samples:
-        entry["samples"] = spread_subset(metric.samples)
-    if metric.kind in (KIND_TIME, KIND_THROUGHPUT) and metric.extra.get("method"):
-        entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way
-    return entry
+    return to_entry(metric)
 
 
 class BaselineSource(Protocol):
@@ -166,6 +162,8 @@ class Judging:
         self.verdicts: dict[str, list[Verdict]] = {}
         self.contexts: dict[str, TestContext] = {}
         self.pending_updates: dict[Path, tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]] = {}
+        #: Under ``--gpuperf-update`` in the pytest process: set by :mod:`pytest_gpuperf.baselines.plugin`.
+        self.updater: BaselineUpdater | None = None
 
     # -- baselines -----------------------------------------------------------------------
     def fingerprint(self, context: TestContext) -> dict[str, Any]:
@@ -250,15 +248,26 @@ class Judging:
         )
 
     def store(self, context: TestContext, verdicts: list[Verdict]) -> None:
-        """Keep verdicts for the report and, under ``--gpuperf-update``, the entries to write."""
-        self.contexts[context.node_id] = context
-        self.verdicts.setdefault(context.node_id, []).extend(verdicts)
+        """Keep verdicts for the report and, under ``--gpuperf-update``, hand the entries to the updater.
+
+        The updater (:class:`~pytest_gpuperf.baselines.update.BaselineUpdater`) validates them (a bad
+        value fails this test), keeps entries within tolerance, and commits them when the test passed.
+        """
         if self.settings.update:
             path = self.baselines.path(context)
-            _, tests = self.pending_updates.setdefault(path, (self.fingerprint(context), {}))
-            metrics = tests.setdefault(context.node_id, {})
-            for verdict in verdicts:
-                metrics[verdict.metric.name] = metric_to_entry(verdict.metric)
+            if self.updater is not None:
+                from pytest_gpuperf.fingerprint import describe
+
+                fingerprint = self.fingerprint(context)
+                baseline = self.baselines.file(context)
+                self.updater.hold(context.node_id, path, fingerprint, verdicts, baseline, describe(fingerprint))
+            else:
+                from pytest_gpuperf.baselines.update import entries_for
+
+                _, tests = self.pending_updates.setdefault(path, (self.fingerprint(context), {}))
+                tests.setdefault(context.node_id, {}).update(entries_for([v.metric for v in verdicts]))
+        self.contexts[context.node_id] = context
+        self.verdicts.setdefault(context.node_id, []).extend(verdicts)
 
     def failure_lines(self, node_id: str) -> list[str]:
         """Messages of the verdicts that fail ``node_id`` (regressions, changed categories, strict misses)."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 #: Feature plugins, each a light module with its own options, hooks and fixtures.
 pytest_plugins = [
+    "pytest_gpuperf.baselines.plugin",
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.profiling.plugin",
     "pytest_gpuperf.reporting.plugin",

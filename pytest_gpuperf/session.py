@@ -1,4 +1,4 @@
-"""The active ``--gpuperf`` session's pytest hooks: verdicts onto reports, failures, updates written at the end.
+"""The active ``--gpuperf`` session's pytest hooks: verdicts onto reports, failures.
 
 Registered by :mod:`pytest_gpuperf.plugin` only when ``--gpuperf`` (or
 ``--gpuperf-update``) is given, so a plain pytest run never pays for it. Everything
@@ -8,7 +8,6 @@ this module only relays pytest's hooks to it and to the reports.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class GpuperfSession:
-    """The judging service of this run plus what the reports read: reported verdicts, written files, errors."""
+    """The judging service of this run plus what the reports read (updates: :mod:`pytest_gpuperf.baselines.plugin`)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -32,8 +31,6 @@ class GpuperfSession:
 
         self.judging = Judging(settings, FileBaselines(settings, ref_loader))
         self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
-        self.written: list[Path] = []
-        self.update_errors: list[str] = []
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -64,22 +61,6 @@ class GpuperfSession:
         data = getattr(report, REPORT_ATTR, None)
         if report.when == "call" and data:
             self.reported.append((report.nodeid, data, data.get("verdicts", [])))
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Write the baseline updates of this process (each xdist worker writes its own, under a lock)."""
-        pending = self.judging.pending_updates
-        if not pending or self.config.hook.pytest_gpuperf_write_baselines(config=self.config) is False:
-            return
-        from pytest_gpuperf.baselines import BaselineError, update_baseline_file
-
-        for path, (fingerprint, tests) in sorted(pending.items()):
-            try:
-                update_baseline_file(path, fingerprint, tests)
-            except (BaselineError, OSError) as exc:
-                self.update_errors.append(f"pytest-gpuperf: baselines not recorded: {exc}")
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            else:
-                self.written.append(path)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The per-test metric table: baseline, measured, change, verdict."""

@@ -34,7 +34,6 @@ class SummarySource(Protocol):
     """What the summary reads from the active session (kept narrow: no import of the session)."""
 
     reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]
-    update_errors: list[str]
 
 
 def row(verdict: dict[str, Any]) -> list[str]:
@@ -100,8 +99,6 @@ def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, An
 def write_terminal_summary(terminalreporter: Any, session: SummarySource, settings: Any) -> None:
     """Write the ``gpuperf`` summary at pytest's verbosity, then what to do about new or improved metrics."""
     tr = terminalreporter
-    for error in session.update_errors:
-        tr.write_line(error, red=True, bold=True)
     reported = session.reported
     if not reported:
         return
@@ -151,9 +148,6 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
         changes = data.get("software_changes") or []
         if changes:
             tr.write_line(f"software differs from {path}: {'; '.join(changes)}")
-    if settings is not None and settings.update:
-        files = sorted({data.get("baseline_file", "") for _, data, _ in reported})
-        tr.write_line(f"baselines recorded in: {', '.join(files)} -- review the diff and commit it")
     if new_tests:
         tr.write_line(
             f"{len(new_tests)} test(s) have no baseline for this hardware; record them with:\n"

@@ -1,0 +1,182 @@
+"""pytest hooks of the baseline store; imported at start-up, so nothing heavy at module level.
+
+* ``--gpuperf-update-all``: like ``--gpuperf-update``, but every entry of the tests that ran is
+  rewritten (by default an entry within its tolerance is kept byte for byte);
+* a ``--gpuperf-baselines`` path that is a file is one usage error, not a failure per test;
+* under ``--gpuperf-update`` the :class:`~pytest_gpuperf.baselines.update.BaselineUpdater`
+  holds each test's entries and writes those of passed tests at the end;
+* the terminal summary says what was written and kept (merged from pytest-xdist workers),
+  what was not recorded and why, and warns loudly when tests found no entry in a file that
+  holds entries for this hardware (with the rootdir and the closest keys), listing stale entries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.settings import add_options, get_option
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.baselines.update import BaselineUpdater
+
+BASELINE_OPTIONS: list[tuple[str, str, Any, str]] = [
+    (
+        "--gpuperf-update-all",
+        "bool",
+        False,
+        "like --gpuperf-update, but rewrite every entry of the tests that ran "
+        "(by default an entry within its tolerance is kept unchanged, so the diff shows only what moved)",
+    ),
+]
+UPDATER_NAME = "gpuperf-baseline-updater"
+TRACKER_NAME = "gpuperf-baseline-tracker"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--gpuperf-update-all`` and its ini twin."""
+    add_options(parser, BASELINE_OPTIONS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``--gpuperf-update-all`` implies ``--gpuperf-update`` (set before the core reads its options)."""
+    if get_option(config, "--gpuperf-update-all"):
+        config.option.gpuperf_update = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--gpuperf``: check the baselines path, start the updater and the key tracker."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    directory = session.settings.baselines_dir
+    if directory.exists() and not directory.is_dir():
+        raise pytest.UsageError(
+            f"pytest-gpuperf: the baselines path {directory} is a file, not a directory; "
+            "move it away or pass --gpuperf-baselines=DIR"
+        )
+    if session.settings.update:
+        from pytest_gpuperf.baselines.update import BaselineUpdater
+
+        updater = BaselineUpdater(session.judging.pending_updates, get_option(config, "--gpuperf-update-all"))
+        session.judging.updater = updater
+        config.pluginmanager.register(updater, UPDATER_NAME)
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(BaselineTracker(config), TRACKER_NAME)
+
+
+class BaselineTracker:
+    """On the controller: which tests ran against which file, which ids were collected; the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.collected: set[str] = set()
+        self.ran: dict[str, set[str]] = {}
+        self.missing: dict[str, set[str]] = {}
+        self.workers: list[dict[str, Any]] = []
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        """Every collected test id (deselected ones too: their entries are not stale)."""
+        self.collected.add(item.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Under pytest-xdist the controller collects nothing itself: the workers send their ids."""
+        self.collected.update(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Keep what an xdist worker wrote, kept and refused."""
+        summary = getattr(node, "workeroutput", {}).get("gpuperf_baselines")
+        if summary:
+            self.workers.append(summary)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Note the baseline file each perf test used and whether it held an entry for the test."""
+        from pytest_gpuperf.session import REPORT_ATTR
+
+        data = getattr(report, REPORT_ATTR, None)
+        if report.when != "call" or not data or not data.get("baseline_file"):
+            return
+        file = str(data["baseline_file"])
+        self.ran.setdefault(file, set()).add(report.nodeid)
+        if not any(v.get("baseline") is not None for v in data.get("verdicts", [])):
+            self.missing.setdefault(file, set()).add(report.nodeid)
+
+    def _summaries(self) -> list[dict[str, Any]]:
+        updater: BaselineUpdater | None = self.config.pluginmanager.get_plugin(UPDATER_NAME)
+        return ([updater.summary()] if updater is not None else []) + self.workers
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """What was written and kept, what was refused, and keys that did not match."""
+        tr = terminalreporter
+        summaries = self._summaries()
+        for summary in summaries:
+            for error in summary["errors"]:
+                tr.write_line(f"pytest-gpuperf: {error}", red=True, bold=True)
+        _write_updates(tr, summaries)
+        self._write_matching(tr)
+
+    def _write_matching(self, tr: Any) -> None:
+        from pytest_gpuperf.baselines.matching import match_file, mismatch_lines, rootdir_hint, stale_lines
+        from pytest_gpuperf.baselines.schema import BaselineError, load_baseline_file
+
+        session = self.config.stash.get(SESSION_KEY, None)
+        baselines = getattr(getattr(session, "judging", None), "baselines", None)
+        loader = baselines.loader() if hasattr(baselines, "loader") else load_baseline_file
+        rootdir = self.config.rootpath
+        hint = rootdir_hint(self.config.invocation_params.args, self.config.inipath is not None, rootdir)
+        stale = []
+        for file, ran in sorted(self.ran.items()):
+            try:
+                loaded = loader(Path(file))
+            except BaselineError:
+                continue  # already reported by the tests that read it
+            if loaded is None or not loaded.tests:
+                continue
+            match = match_file(file, loaded.tests, ran, self.missing.get(file, ()), self.collected, rootdir)
+            if match.mismatch:
+                tr.write_sep("!", "gpuperf: tests found no entry in the baseline file of this hardware", red=True)
+                for line in mismatch_lines(match, rootdir, hint):
+                    tr.write_line(line, red=True, bold=True)
+            if match.stale:
+                stale.append(match)
+        if stale:
+            tr.write_sep("-", "gpuperf stale baseline entries")
+            for match in stale:
+                for line in stale_lines(match):
+                    tr.write_line(line, yellow=True)
+            tr.write_line("delete them from the file, or re-record after renaming the tests back")
+
+
+def _write_updates(tr: Any, summaries: list[dict[str, Any]]) -> None:
+    written: dict[str, dict[str, int]] = {}
+    unchanged: set[str] = set()
+    not_recorded: list[str] = []
+    for summary in summaries:
+        for file, counts in summary["written"].items():
+            total = written.setdefault(file, {"kept": 0, "rewritten": 0, "tests": 0})
+            for key in total:
+                total[key] += counts.get(key, 0)
+        unchanged.update(summary["unchanged_files"])
+        not_recorded += summary["not_recorded"]
+    for file, counts in sorted(written.items()):
+        if file in unchanged and counts["rewritten"] == 0:
+            state = "unchanged (every entry within its tolerance was kept)"
+        else:
+            state = "review the diff and commit it"
+        tr.write_line(
+            f"baselines recorded in: {file}: {counts['tests']} test(s), {counts['rewritten']} entr(ies) written, "
+            f"{counts['kept']} kept within tolerance -- {state}"
+        )
+    if not_recorded:
+        tr.write_line(
+            f"baselines not recorded for {len(not_recorded)} test(s) that did not pass: {', '.join(not_recorded)}",
+            yellow=True,
+        )

@@ -1,0 +1,266 @@
+"""Reading and validating one baseline file (schema version 1).
+
+Layout (keys always written in this order, tests and metrics sorted, so a PR diff
+shows only what changed)::
+
+    schema_version: 1
+    fingerprint: {backend: cuda, device_name: NVIDIA H200, arch: sm_90, ...}
+    tests:
+      perf_tests/test_seed.py::test_linear_fp16_forward_backward[cuda]:
+        step.peak_memory: {value: 301989888, unit: B, better: lower, kind: memory}
+        step.time: {value: 0.00123, unit: s, better: lower, kind: time, samples: [0.00123, ...]}
+        step.throughput: {value: 832000.0, unit: samples/s, better: higher, kind: throughput}
+
+A throughput entry stores no samples of its own when its ``<step>.time`` sibling
+has them: they are the same measurements (``items / time``), derived on reading.
+Drift-normalized samples (``normalized``) of older files are ignored.
+
+Reading uses the safe loader only, in one pass: the document is composed once,
+line numbers come from that node tree, and the sample lists are checked for
+size before any number is built. Every number that reaches the gate is checked
+(finite, not negative, a time above zero): a NaN or a negative peak would
+switch the comparison off. Errors name the file, the line, the test and the metric.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+#: Most samples read per metric: a baseline keeps about 30; more is a broken or hostile file.
+MAX_SAMPLES = 1000
+#: Largest baseline file read (a 1,000-test file is about 1 MB).
+MAX_FILE_BYTES = 32 * 1024 * 1024
+KINDS_POSITIVE = ("time", "throughput")
+BETTER = ("lower", "higher", "equal")
+RERECORD_HINT = "fix it by hand or delete it and re-record with `pytest --gpuperf --gpuperf-update`"
+
+
+class BaselineError(Exception):
+    """A baseline file is malformed; the message names the file, the line and the fix."""
+
+    def __init__(self, path: Path | str, message: str, line: int | None = None, hint: str = RERECORD_HINT) -> None:
+        self.path = Path(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line else str(self.path)
+        super().__init__(f"{where}: {message}. The file was left untouched; {hint}.")
+
+
+@dataclass
+class BaselineFile:
+    """The parsed content of one baseline file.
+
+    ``tests`` is what judging reads (throughput samples derived from their time
+    sibling); ``stored`` is the entries as written on disk, which an update keeps
+    byte for byte. A file built by hand (``stored`` left empty) stores ``tests``.
+    """
+
+    path: Path
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    tests: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    stored: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.stored:
+            self.stored = self.tests
+
+
+def entry_problem(entry: Any, max_samples: int = MAX_SAMPLES) -> str | None:
+    """What is wrong with one metric entry (None when it is valid); shared by reading and writing."""
+    from pytest_gpuperf.validate import NumberError, finite_number, non_negative_number, positive_number
+
+    if not isinstance(entry, dict):
+        return f"must be a mapping with a 'value', found {type(entry).__name__}"
+    if "value" not in entry:
+        return "needs a 'value'"
+    kind = entry.get("kind")
+    for key in ("kind", "unit", "reference", "method"):
+        if key in entry and not isinstance(entry[key], str):
+            return f"{key} must be a string, got {entry[key]!r}"
+    if "better" in entry and entry["better"] not in BETTER:
+        return f"better must be one of {', '.join(BETTER)}, got {entry['better']!r}"
+    value = entry["value"]
+    if kind == "category" or (kind is None and isinstance(value, str)):
+        if not isinstance(value, str) or not value:
+            return f"value of a category must be a non-empty word, got {value!r}"
+    else:
+        check = positive_number if kind in KINDS_POSITIVE else (non_negative_number if kind == "memory" else None)
+        try:
+            (check or finite_number)(value, "value")
+        except NumberError as exc:
+            word = f" (kind {kind})" if kind else ""
+            return f"{exc}{word}"
+    samples = entry.get("samples", [])
+    if not isinstance(samples, list):
+        return f"samples must be a list of numbers, got {type(samples).__name__}"
+    if len(samples) > max_samples:
+        return f"holds {len(samples)} samples, more than the {max_samples} read per metric (a baseline keeps ~30)"
+    check = positive_number if kind in KINDS_POSITIVE else finite_number
+    for index, sample in enumerate(samples):
+        try:
+            check(sample, f"samples[{index}]")
+        except NumberError as exc:
+            return f"samples must be a list of numbers: {exc}"
+    return None
+
+
+def _yaml_error(path: Path, exc: Exception) -> BaselineError:
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context_mark", None)
+    if context is not None and mark is not None and context.line != mark.line:
+        problem += f", {getattr(exc, 'context', 'started')} on line {context.line + 1}"
+    return BaselineError(path, f"not valid YAML ({problem})", line)
+
+
+def _mapping_items(node: Any) -> list[tuple[Any, Any]]:
+    import yaml
+
+    return node.value if isinstance(node, yaml.MappingNode) else []
+
+
+def _check_sample_counts(path: Path, root: Any) -> dict[tuple[str, ...], int]:
+    """Line of each top-level key, test and metric; refuses an oversized sample list before it is built."""
+    import yaml
+
+    lines: dict[tuple[str, ...], int] = {}
+    for key, value in _mapping_items(root):
+        lines[(str(key.value),)] = key.start_mark.line + 1
+        if key.value != "tests":
+            continue
+        for test_key, metrics in _mapping_items(value):
+            lines[("tests", str(test_key.value))] = test_key.start_mark.line + 1
+            for metric_key, entry in _mapping_items(metrics):
+                line = metric_key.start_mark.line + 1
+                lines[("tests", str(test_key.value), str(metric_key.value))] = line
+                for field_key, field_value in _mapping_items(entry):
+                    if isinstance(field_value, yaml.SequenceNode) and len(field_value.value) > MAX_SAMPLES:
+                        raise BaselineError(
+                            path,
+                            f"metric {metric_key.value!r} of {test_key.value!r}: {field_key.value} holds "
+                            f"{len(field_value.value)} values, more than the {MAX_SAMPLES} read per metric "
+                            "(a baseline keeps ~30)",
+                            field_key.start_mark.line + 1,
+                        )
+    return lines
+
+
+def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """Compose once (libyaml when present), check sizes on the node tree, then build the data."""
+    import yaml
+
+    loader_class = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    loader = loader_class(text)
+    collecting = gc.isenabled()
+    gc.disable()  # a node tree of ~10^5 young objects would trigger full collections over and over (3x slower)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        lines = _check_sample_counts(path, node)
+        return loader.construct_document(node), lines
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from exc
+    finally:
+        loader.dispose()
+        if collecting:
+            gc.enable()
+
+
+def _check_version(path: Path, version: Any, line: int) -> None:
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise BaselineError(
+            path,
+            f"schema_version {version} was written by a newer pytest-gpuperf; this one reads version {SCHEMA_VERSION}",
+            line,
+            hint="upgrade pytest-gpuperf (`pip install -U pytest-gpuperf`) to read it",
+        )
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise BaselineError(
+            path, f"schema_version is {version!r}, this pytest-gpuperf reads version {SCHEMA_VERSION}", line
+        )
+
+
+def derived_samples(metrics: dict[str, dict[str, Any]], name: str) -> list[float] | None:
+    """Samples of throughput metric ``name`` derived from its ``<step>.time`` sibling (None if not derivable)."""
+    entry = metrics[name]
+    sibling = metrics.get(name.rpartition(".")[0] + ".time")
+    if entry.get("kind") != "throughput" or not sibling or sibling.get("kind") != "time":
+        return None
+    times = sibling.get("samples") or []
+    if not times:
+        return None
+    items = float(entry["value"]) * float(sibling["value"])
+    return sorted(items / t for t in times)
+
+
+def _expand(stored: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The entries judging reads: a throughput entry without samples gets them from its time sibling."""
+    expanded: dict[str, dict[str, dict[str, Any]]] = {}
+    for test_id, metrics in stored.items():
+        out: dict[str, dict[str, Any]] = {}
+        for name, entry in metrics.items():
+            if entry.get("kind") == "throughput" and not entry.get("samples"):
+                samples = derived_samples(metrics, name)
+                if samples:
+                    entry = {**entry, "samples": samples}
+            out[name] = entry
+        expanded[test_id] = out
+    return expanded
+
+
+def parse_baseline_text(path: Path, text: str) -> BaselineFile:
+    """Parse and validate the text of a baseline file; raise :class:`BaselineError` on any problem."""
+    if len(text) > MAX_FILE_BYTES:
+        raise BaselineError(
+            path, f"is {len(text) / 2**20:.0f} MiB, larger than the {MAX_FILE_BYTES // 2**20} MiB read for a baseline"
+        )
+    data, lines = _compose(path, text)
+    if data is None:
+        raise BaselineError(path, "file is empty")
+    if not isinstance(data, dict):
+        raise BaselineError(path, f"top level must be a mapping, found {type(data).__name__}", 1)
+    _check_version(path, data.get("schema_version"), lines.get(("schema_version",), 1))
+    fingerprint = data.get("fingerprint")
+    if not isinstance(fingerprint, dict):
+        raise BaselineError(path, "'fingerprint' must be a mapping", lines.get(("fingerprint",)))
+    tests = data.get("tests") or {}
+    if not isinstance(tests, dict):
+        raise BaselineError(path, "'tests' must be a mapping of test id to metrics", lines.get(("tests",)))
+    stored: dict[str, dict[str, dict[str, Any]]] = {}
+    for test_id, metrics in tests.items():
+        if not isinstance(metrics, dict):
+            raise BaselineError(
+                path, f"test {test_id!r} must map metric names to entries", lines.get(("tests", str(test_id)))
+            )
+        stored[str(test_id)] = {}
+        for metric_name, entry in metrics.items():
+            problem = entry_problem(entry)
+            if problem:
+                where = lines.get(("tests", str(test_id), str(metric_name)))
+                raise BaselineError(path, f"metric {metric_name!r} of {test_id!r}: {problem}", where)
+            stored[str(test_id)][str(metric_name)] = {k: v for k, v in entry.items() if k != "normalized"}
+    return BaselineFile(path=path, fingerprint=fingerprint, tests=_expand(stored), stored=stored)
+
+
+def load_baseline_file(path: Path) -> BaselineFile | None:
+    """Load ``path``; None when it does not exist; :class:`BaselineError` when it is malformed."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise BaselineError(
+                path,
+                f"is {path.stat().st_size / 2**20:.0f} MiB, larger than the {MAX_FILE_BYTES // 2**20} MiB "
+                "read for a baseline",
+            )
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError as exc:
+        raise BaselineError(path, "is a directory, not a baseline file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(path, f"cannot be read ({exc})") from exc
+    return parse_baseline_text(path, text)

@@ -1,0 +1,104 @@
+"""Unit tests of what an update keeps: entries within tolerance stay byte for byte, timing families move together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.baselines import BaselineFile, parse_baseline_text, render_baseline
+from pytest_gpuperf.baselines.update import BaselineUpdater, decide, entries_for
+from pytest_gpuperf.results import Metric, Verdict
+
+
+def timing(scale: float, items: float = 100.0, judged_time: bool = False) -> list[Metric]:
+    """A step's time/throughput/flop_rate family, samples ``scale`` times the reference's."""
+    times = [scale * (1e-3 + i * 1e-6) for i in range(30)]
+    median = sorted(times)[6]
+    extra = {"method": "events"}
+    return [
+        Metric(
+            "step.time", median, "s", "lower", "time",
+            samples=times, judged=judged_time, tolerance=0.05, extra=extra,
+        ),
+        Metric(
+            "step.throughput", items / median, "items/s", "higher", "throughput",
+            samples=[items / t for t in times], tolerance=0.05, extra=extra,
+        ),
+        Metric("step.flop_rate", 1e9 / median, "FLOP/s", "higher", "custom", judged=False, tolerance=0.05),
+        Metric("step.peak_memory", 4096, "B", "lower", "memory", tolerance=0.05),
+    ]  # fmt: skip
+
+
+def stored_and_read(metrics: list[Metric]) -> tuple[dict, dict]:
+    """What a first update writes for ``metrics``, and what a later run reads back from that text."""
+    entries = entries_for(metrics)
+    text = render_baseline(BaselineFile(Path("x.yaml"), {"backend": "cpu"}, {"t::a": entries}))
+    loaded = parse_baseline_text(Path("x.yaml"), text)
+    return loaded.stored["t::a"], loaded.tests["t::a"]
+
+
+def test_a_throughput_stores_no_samples_when_they_are_items_over_the_time_samples() -> None:
+    entries = entries_for(timing(1.0))
+    assert len(entries["step.time"]["samples"]) == 30
+    assert "samples" not in entries["step.throughput"]
+    _, read = stored_and_read(timing(1.0))
+    assert read["step.throughput"]["samples"] == pytest.approx(
+        sorted(100.0 / t for t in entries["step.time"]["samples"]), rel=1e-5
+    )
+
+
+def test_an_unmoved_family_is_kept_and_a_moved_one_is_rewritten_as_a_whole() -> None:
+    _, read = stored_and_read(timing(1.0))
+    same = timing(1.01)
+    kept = decide(same, read, entries_for(same), "cpu")
+    assert set(kept) == {"step.time", "step.throughput", "step.flop_rate", "step.peak_memory"}
+    assert kept["step.throughput"].status == "unchanged"
+    slower = timing(3.0)
+    kept = decide(slower, read, entries_for(slower), "cpu")
+    assert set(kept) == {"step.peak_memory"}  # time, throughput and the derived rate move together
+
+
+def test_a_changed_timing_method_or_unit_rewrites_the_entry_whatever_the_numbers() -> None:
+    _, read = stored_and_read(timing(1.0))
+    graphed = timing(1.0)
+    for metric in graphed[:2]:
+        metric.extra = {"method": "cuda-graph"}
+    assert set(decide(graphed, read, entries_for(graphed), "cpu")) == {"step.peak_memory"}
+
+
+def test_a_moved_category_or_memory_is_rewritten() -> None:
+    base = [Metric("step.bound", "compute-bound", "", "equal", "category"), Metric("m", 1000, "B", "lower", "memory")]
+    _, read = stored_and_read(base)
+    now = [
+        Metric("step.bound", "memory-bound", "", "equal", "category"),
+        Metric("m", 2_000_000, "B", "lower", "memory"),
+    ]
+    assert decide(now, read, entries_for(now), "cpu") == {}
+
+
+def test_the_updater_keeps_stored_entries_verbatim_and_shows_the_comparison(tmp_path: Path) -> None:
+    stored, _ = stored_and_read(timing(1.0))
+    text = render_baseline(BaselineFile(tmp_path / "x.yaml", {"backend": "cpu"}, {"t::a": stored}))
+    baseline = parse_baseline_text(tmp_path / "x.yaml", text)
+    committed: dict = {}
+    updater = BaselineUpdater(committed)
+    verdicts = [Verdict(m, "recorded") for m in timing(1.02)]
+    updater.hold("t::a", tmp_path / "x.yaml", {"backend": "cpu"}, verdicts, baseline, "cpu")
+    assert updater.held["t::a"].entries == baseline.stored["t::a"]
+    assert all(v.baseline is not None and v.message.startswith("kept") for v in verdicts)
+    everything = BaselineUpdater({}, update_all=True)
+    everything.hold(
+        "t::a", tmp_path / "x.yaml", {"backend": "cpu"}, [Verdict(m, "recorded") for m in timing(1.02)], baseline, "cpu"
+    )
+    assert everything.held["t::a"].entries != baseline.stored["t::a"]
+
+
+def test_the_updater_refuses_an_entry_the_reader_would_refuse(tmp_path: Path) -> None:
+    updater = BaselineUpdater({})
+    bad = Verdict(Metric("step.time", float("nan"), "s", "lower", "time"), "recorded")
+    with pytest.raises(
+        ValueError, match=r"t::a: metric 'step.time' cannot be recorded as a baseline: value must be a finite"
+    ):
+        updater.hold("t::a", tmp_path / "x.yaml", {}, [bad], None, "cpu")
+    assert updater.held == {}
