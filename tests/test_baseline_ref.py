@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_gpuperf.reporting.baseline_ref import GitRef, GitRefError, diff_tests
+from pytest_gpuperf.baselines.diff import diff_tests
+from pytest_gpuperf.baselines.ref import GitRef, GitRefError
 
 RECORDED = """
 import pytest
@@ -153,3 +154,62 @@ def test_diff_marks_what_loosens_the_gate_in_each_metrics_direction() -> None:
     assert changes["metric changed", "t1", "tput"].loosens
     assert changes["metric removed", "t1", "mem"].loosens
     assert changes["metric changed", "t1", "time"].detail == "value 1 -> 0.9 (-10.0%)"
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        ({"value": float("nan"), "better": "lower", "kind": "time"}, True),
+        ({"value": float("inf"), "better": "lower", "kind": "time"}, True),
+        ({"value": -5, "better": "lower", "kind": "time"}, True),
+        ({"value": "fast", "better": "lower", "kind": "time"}, True),
+        ({"value": 1.0, "better": "higher", "kind": "time"}, True),  # direction flipped
+        ({"value": 1.0, "better": "lower", "kind": "custom"}, True),  # kind changed
+        ({"value": 1.0, "better": "lower", "kind": "time", "samples": [float("nan")] * 3}, True),
+        ({"value": 1.0, "better": "lower", "kind": "time", "samples": [2.0, 2.1, 2.2]}, True),  # slower samples
+        ({"value": 1.0, "better": "lower", "kind": "time", "samples": [0.5, 0.6, 0.7]}, False),  # faster samples
+        ({"value": 0.9, "better": "lower", "kind": "time", "samples": [1.0, 1.1, 1.2]}, False),  # tighter value
+    ],
+)
+def test_a_change_to_a_number_that_switches_the_gate_off_loosens_it(after: dict, expected: bool) -> None:
+    from pytest_gpuperf.baselines.diff import loosens
+
+    before = {"value": 1.0, "better": "lower", "kind": "time", "samples": [1.0, 1.1, 1.2]}
+    assert loosens(before, after) is expected
+
+
+def test_a_working_tree_baseline_edited_to_nan_is_listed_as_loosening_the_gate(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    git(pytester.path, "init", "-q", "-b", "main")
+    pytester.makepyfile(test_rec=RECORDED.format(values={"a": 1.0}))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "baselines")
+    path = baseline_path(pytester)
+    path.write_text(path.read_text().replace("value: 1.0", "value: .nan"))
+    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-baseline-ref", "main")
+    result.assert_outcomes(passed=1)  # judged against main's entry
+    result.stdout.fnmatch_lines(
+        [f"baselines/{path.name}: unreadable: *value must be a finite number, got nan*[[]LOOSENS THE GATE[]]"]
+    )
+
+
+def test_the_ref_loader_pickles_so_ranks_read_the_same_baselines(tmp_path: Path) -> None:
+    """Distributed ranks are handed the pytest process's loader: it must survive pickling and read the ref."""
+    import pickle
+
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "x.yaml").write_text(
+        "schema_version: 1\nfingerprint: {backend: cpu}\ntests:\n  t::a:\n    m: {value: 1.0}\n"
+    )
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    (tmp_path / "baselines" / "x.yaml").write_text(
+        "schema_version: 1\nfingerprint: {backend: cpu}\ntests:\n  t::a:\n    m: {value: 5.0}\n"
+    )
+    loader = pickle.loads(pickle.dumps(GitRef.resolve("main", tmp_path / "baselines").loader()))
+    loaded = loader(tmp_path / "baselines" / "x.yaml")
+    assert loaded is not None and loaded.tests["t::a"]["m"]["value"] == 1.0
+    assert loaded.path == tmp_path / "baselines" / "x.yaml"

@@ -315,3 +315,48 @@ def test_a_baselines_path_that_is_a_file_is_an_error_naming_it(tmp_path: Path) -
     (tmp_path / "baselines").write_text("oops")
     with pytest.raises(NotADirectoryError, match=r"baselines path .*baselines exists but is not a directory"):
         update_baseline_file(tmp_path / "baselines" / "cpu.yaml", FINGERPRINT, {"t::a": {"m": entry(1)}})
+
+
+KILLED_WRITER = """
+import sys
+from pathlib import Path
+from pytest_gpuperf.baselines import update_baseline_file
+
+path = Path(sys.argv[1])
+fingerprint = {"backend": "cpu", "device_name": "Test CPU", "arch": "x86_64", "memory_gib": 24, "world_size": 1}
+round_ = 0
+print("started", flush=True)
+while True:
+    round_ += 1
+    entries = {
+        f"t::case_{i}": {"step.time": {"value": 0.001 * (1 + round_ % 7), "kind": "time", "samples": [0.001] * 30}}
+        for i in range(300)
+    }
+    update_baseline_file(path, fingerprint, entries)
+"""
+
+
+def test_a_writer_killed_mid_update_leaves_the_old_or_the_complete_new_file_and_its_temp_file_is_swept(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "cpu.yaml"
+    script = tmp_path / "writer.py"
+    script.write_text(KILLED_WRITER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for delay in (0.3, 0.45, 0.6, 0.75, 0.9):
+        writer = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, env=env)
+        assert writer.stdout is not None and writer.stdout.readline() == b"started\n"
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        if path.exists():  # the old or the complete new file, never half of one
+            loaded = load_baseline_file(path)
+            assert loaded is not None and len(loaded.tests) == 300
+    update_baseline_file(path, FINGERPRINT, {"t::case_0": {"m": entry(1)}})
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

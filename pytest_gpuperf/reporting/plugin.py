@@ -21,7 +21,7 @@ from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.reporting.baseline_ref import GitRef
+    from pytest_gpuperf.baselines.ref import GitRef
     from pytest_gpuperf.reporting.records import TestRecord
 
 REPORTING_OPTIONS: list[tuple[Any, ...]] = [
@@ -77,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ref = None
     ref_name = get_option(config, "--gpuperf-baseline-ref")
     if ref_name:
-        from pytest_gpuperf.reporting.baseline_ref import GitRef, GitRefError
+        from pytest_gpuperf.baselines.ref import GitRef, GitRefError
 
         try:
             ref = GitRef.resolve(ref_name, session.settings.baselines_dir)
@@ -143,7 +143,7 @@ class ReportCollector:
         root = self.config.rootpath
         gp_session = self.config.stash.get(SESSION_KEY, None)
         if self.ref is not None and gp_session is not None:
-            from pytest_gpuperf.reporting.baseline_ref import diff_against_ref
+            from pytest_gpuperf.baselines.diff import diff_against_ref
 
             changes = [c.as_dict() for c in diff_against_ref(self.ref, gp_session.settings.baselines_dir)]
             self.baseline_ref = {"ref": self.ref.ref, "commit": self.ref.commit, "changes": changes}
