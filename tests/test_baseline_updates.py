@@ -246,3 +246,19 @@ def test_a_renamed_test_lists_its_old_entry_as_stale(pytester: pytest.Pytester) 
     quiet = pytester.runpytest("--gpuperf", *FLAGS, "-k", "not b2")  # a deselected test's entry is not stale
     quiet.assert_outcomes(passed=1)
     quiet.stdout.no_fnmatch_line("*b2*<-*")
+
+
+def test_xdist_workers_keep_unchanged_entries_and_the_controller_adds_up_what_each_wrote(
+    pytester: pytest.Pytester,
+) -> None:
+    values = {name: {"mem": 1000 * (i + 1), "score": 1.0 + i, "kind": "x"} for i, name in enumerate("abcdef")}
+    _setup(pytester, values)
+    first = pytester.runpytest("-n", "2", "--gpuperf-update", *FLAGS)
+    first.assert_outcomes(passed=6)
+    first.stdout.fnmatch_lines(["*baselines recorded in: *cpu-*.yaml: 6 test(s), 18 entr(ies) written, 0 kept*"])
+    path = _file(pytester)
+    text = path.read_text()
+    again = pytester.runpytest("-n", "2", "--gpuperf-update", *FLAGS)
+    again.assert_outcomes(passed=6)
+    assert path.read_text() == text
+    again.stdout.fnmatch_lines(["*: 6 test(s), 0 entr(ies) written, 18 kept within tolerance -- unchanged*"])
