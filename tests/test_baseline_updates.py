@@ -238,9 +238,9 @@ def test_a_renamed_test_lists_its_old_entry_as_stale(pytester: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         [
             "1 of 2 perf test(s) found no entry in *cpu-*.yaml (2 entries)",
-            "  test_rec.py::test_case[[]*b2*[]]  <-  test_rec.py::test_case[[]*b[]]",
+            "  test_rec.py::test_case[[]*b2*[]]  <-  test_rec.py::test_case[[]b-cpu[]]",
             "*cpu-*.yaml: 1 entry no test matched:",
-            "  test_rec.py::test_case[[]*b[]]",
+            "  test_rec.py::test_case[[]b-cpu[]]",
         ]
     )
     quiet = pytester.runpytest("--gpuperf", *FLAGS, "-k", "not b2")  # a deselected test's entry is not stale

@@ -2,10 +2,11 @@
 
 A PR that edits ``baselines/`` must not quietly loosen the gate it is judged by: with
 ``--gpuperf-baseline-ref origin/main`` every baseline file is read with ``git show
-REF:path`` (argv, never a shell). :class:`RefLoader` is the loader the judging reads
-through, in the pytest process and in every rank of a distributed test (it pickles:
-a frozen dataclass of strings and paths). What the working tree changes against the
-ref is listed by :mod:`pytest_gpuperf.baselines.diff`.
+REF:path`` (argv, never a shell). :class:`RefLoader` is the loader the judging service
+reads through (the reporting feature returns it from ``pytest_gpuperf_baseline_loader``);
+ranks get the entries looked up through it. It pickles (a frozen dataclass of strings
+and paths). What the working tree changes against the ref is listed by
+:mod:`pytest_gpuperf.baselines.diff`.
 """
 
 from __future__ import annotations

@@ -191,6 +191,8 @@ class BaselineUpdater:
             else:
                 held.entries[name] = new[name]
                 held.kept.discard(name)
+                if name in expanded:  # shown beside the new value; also tells the run the test had an entry
+                    verdict.baseline = expanded[name].get("value")
 
     # -- pytest hooks (registered as a plugin under --gpuperf-update) ------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
