@@ -191,3 +191,36 @@ def test_xdist_workers_run_both_sides_of_their_tests_and_the_controller_reports_
     report = json.loads((root / "r.json").read_text())
     assert report["gpuperf"]["ab"]["tests"]["test_perf.py::test_step[cpu]"]["status"] == "regression"
     assert not git(root, "worktree", "list").splitlines()[1:]  # the controller removed the shared worktree
+
+
+DIST_TEST = """
+import pytest
+import torch
+
+from mylib import step
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.gpuperf_distributed(world_size=2)
+def test_ranks(gpuperf, gpuperf_rank):
+    a = torch.randn(96, 96, generator=torch.Generator().manual_seed(gpuperf_rank.rank)) / 10
+    gpuperf.measure(lambda: step(a), items=96, unit="rows")
+"""
+
+
+def test_distributed_test_runs_on_each_sides_rank_pool_with_its_world_size(pytester: pytest.Pytester) -> None:
+    root = make_repo(pytester)
+    (root / "test_perf.py").write_text(DIST_TEST)
+    git(root, "commit", "-qam", "distributed")
+    result = pytester.runpytest(*FAST_AB, "--gpuperf-json", "r.json")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.assert_outcomes(passed=1)
+    report = json.loads((root / "r.json").read_text())
+    (test,) = report["gpuperf"]["tests"]
+    assert test["device"].endswith("-ws2")  # judged as a 2-rank world
+    (ab,) = report["gpuperf"]["ab"]["tests"].values()
+    names = {m["metric"] for m in ab["metrics"]}
+    assert {"rank0.step.throughput", "rank1.step.throughput"} <= names
+    assert all(len(m["a_values"]) >= 2 for m in ab["metrics"] if m["metric"].startswith("rank"))

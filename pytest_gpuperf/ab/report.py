@@ -57,9 +57,10 @@ def _table(rows: list[list[str]]) -> list[str]:
 def how_line(summary: dict[str, Any]) -> str:
     """How the sides were measured."""
     p = summary["processes"]
+    ran = f"{p['A']} A and {p['B']} B ran" if p["A"] or p["B"] else "started by the pytest-xdist workers"
     return (
         f"A = {summary['ref']} ({summary['sha'][:12]}) in a temporary worktree, B = the working tree; alternating "
-        f"A B B A ..., {p['min']} to {p['max']} worker processes per side ({p['A']} A and {p['B']} B ran), "
+        f"A B B A ..., {p['min']} to {p['max']} worker processes per side ({ran}), "
         f"{summary['max_time']:g} s budget per measure()"
     )
 
