@@ -74,7 +74,7 @@ def main() -> None:
         }
         rows.append(row)
         print(
-            f"{name:24s} {str(overrides):40s} {r.method:10s} device {row['device_us']:8.1f} us  eager "
+            f"{name:24s} {overrides!s:40s} {r.method:10s} device {row['device_us']:8.1f} us  eager "
             f"{row['eager_us']:8.1f} us  host-bound {r.host_bound}  n={len(r.samples):3d} warm={r.warmup_calls:4d} "
             f"settled={r.settled} wall {wall:5.2f} s  clocks {r.clocks}  {r.method_note[:120]}",
             flush=True,
