@@ -179,7 +179,7 @@ class GpuPerf:
         if memory:
             step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state
             peak = self.backend.measure_peak_memory(step)
-        timing = measure_time(self.backend, step, plan.config, None, plan.stop_rule)
+        timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
         if peak is not None:
             note = {"note": self.backend.memory_note()}
@@ -221,7 +221,7 @@ class GpuPerf:
         """Time a suspected regression once more; its timing metrics replace the first ones."""
         from pytest_gpuperf.measure import measure_time
 
-        timing = measure_time(self.backend, step, plan.config, None, plan.stop_rule)
+        timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         retimed = {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
         confirmed = [retimed.get(m.name, m) for m in metrics]
         for metric in confirmed:

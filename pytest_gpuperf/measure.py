@@ -117,16 +117,13 @@ def measure_time(
     backend: Backend,
     step: Callable[[], object],
     config: MeasureConfig,
-    reference: object | None = None,
     stop_rule: StopCheck | None = None,
 ) -> TimingResult:
     """Warm up until steady, then sample ``step`` within ``config.max_time`` (see the module doc).
 
     ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the verdict is clear;
-    without it sampling stops at ``target_precision``. ``reference`` is accepted and ignored (the drift
-    probes were removed; callers still passing one keep working).
+    without it sampling stops at ``target_precision``.
     """
-    del reference
     from pytest_gpuperf.cpu_threads import measuring_threads
 
     started = time.perf_counter()
@@ -168,7 +165,10 @@ def _measure(
         from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
 
         flusher = L2Flusher(backend.device())
-        result.method = "l2_flush"
+        flusher()
+        flush_seconds = backend.time_block(flusher, 1)  # each flushed call costs its flush too: size samples by both
+        iters = iters_for(per_call + flush_seconds, warm.wall_per_call + flush_seconds, config.min_sample_time)
+        result.method, result.iters_per_sample = "l2_flush", iters
         sample_loop(
             lambda: time_flushed(timer, step, iters, flusher) / iters, result, config, stop_rule, deadline, floor, guard
         )

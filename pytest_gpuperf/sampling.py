@@ -49,8 +49,6 @@ class MeasureConfig:
     max_samples: int = 200
     max_time: float = 2.0
     target_precision: float = 0.01
-    #: Ignored by the loop (the drift probes are gone); kept while callers still pass it.
-    use_reference: bool = True
     l2_flush: bool = False
     #: CUDA graph of the whole step: auto/on (capture, fall back when it fails), off (never).
     cuda_graph: str = "auto"
@@ -69,8 +67,6 @@ class TimingResult:
     """What the loop observed: per-step times (the judged ones), eager times on CUDA, and how it got them."""
 
     samples: list[float]
-    #: Always empty: drift normalization was removed; kept until the judge stops reading it.
-    normalized: list[float] = field(default_factory=list)
     #: CUDA: per-step times of eager calls between device events (the user's wall experience of the device).
     eager_samples: list[float] = field(default_factory=list)
     iters_per_sample: int = 1

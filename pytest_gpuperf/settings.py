@@ -265,7 +265,6 @@ def resolve_settings(config: pytest.Config) -> Settings:
         max_time=get_option(config, "--gpuperf-max-time"),
         min_samples=get_option(config, "--gpuperf-min-samples"),
         target_precision=get_option(config, "--gpuperf-precision"),
-        use_reference=not get_option(config, "--gpuperf-no-reference"),
         l2_flush=get_option(config, "--gpuperf-l2-flush"),
         cuda_graph=_choice(get_option(config, "--gpuperf-cuda-graph"), "--gpuperf-cuda-graph", GRAPH_MODES),
         cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),

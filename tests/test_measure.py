@@ -65,14 +65,6 @@ def test_without_a_baseline_sampling_stops_when_precise_or_reports_the_budget(cp
     assert exhausted.budget_exhausted == (exhausted.stop == "budget")
 
 
-def test_a_reference_workload_is_accepted_and_ignored(cpu, matmul_step):
-    # The drift probes were removed: callers that still pass one get plain samples, nothing normalized.
-    config = MeasureConfig(max_time=0.4, min_samples=6, target_precision=0.5, min_sample_time=0.001)
-    result = measure_time(cpu, matmul_step, config, matmul_step)
-    assert len(result.samples) >= 6 and result.normalized == []
-    assert "reference" not in result.summary()
-
-
 def test_a_baseline_stop_rule_ends_sampling_once_the_verdict_is_clear(cpu, matmul_step):
     config = MeasureConfig(max_time=1.0, min_samples=6, target_precision=1e-9, min_sample_time=0.001)
     first = measure_time(cpu, matmul_step, config)
