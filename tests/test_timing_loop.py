@@ -19,6 +19,7 @@ from pytest_gpuperf.contention import (
     read_cpu_pressure,
     thread_wait_reader,
 )
+from pytest_gpuperf.fingerprint import software_differences
 from pytest_gpuperf.measure import MeasureConfig, TimingResult, measure_time, sample_floor, sample_loop
 from pytest_gpuperf.warmup import iters_for, steady, warm_up
 
@@ -252,6 +253,9 @@ def test_cpu_thread_setting_is_validated_and_recorded_in_the_fingerprint(cpu):
         assert cpu.fingerprint()["threads"] == torch.get_num_threads()
         with pytest.raises(ValueError, match=">= 0"):
             cpu_threads.configure(-1)
+        recorded = {**cpu.fingerprint(), "threads": 2}
+        current = {**recorded, "threads": 1}
+        assert software_differences(recorded, current) == ["threads 2 -> 1"]  # shown beside the verdicts
     finally:
         cpu_threads.configure(before)
 
