@@ -125,7 +125,13 @@ class FileBaselines:
     def entries(self, context: TestContext) -> Entries:
         """The test's recorded metrics in its baseline file (``{}`` when none)."""
         baseline = self.file(context)
-        return dict((baseline.tests.get(context.node_id) if baseline else None) or {})
+        if baseline is None:
+            return {}
+        from pytest_gpuperf.selection import backend_first_id  # entries recorded when the backend came first
+
+        found = baseline.tests.get(context.node_id)
+        legacy = backend_first_id(context.node_id, context.backend.name)
+        return dict(found or (baseline.tests.get(legacy) if legacy else None) or {})
 
 
 class FixedBaselines:

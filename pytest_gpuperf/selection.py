@@ -38,6 +38,19 @@ def forget_availability(name: str) -> None:
     _availability.pop(name, None)
 
 
+def backend_first_id(node_id: str, backend: str) -> str | None:
+    """The id pytest-gpuperf < 0.2 gave a parametrized test (backend first: ``test_x[cpu-64]``), from
+    today's (backend last: ``test_x[64-cpu]``); None when the id has no other parameter.
+
+    Baselines recorded before the change are still found under their old keys.
+    """
+    suffix = f"-{backend}]"
+    if not node_id.endswith(suffix) or "[" not in node_id:
+        return None
+    head, _, params = node_id[: -len(suffix)].partition("[")
+    return f"{head}[{backend}-{params}]" if params else None
+
+
 @dataclass(frozen=True)
 class BackendParam:
     """One test instance: the backend name and, when it cannot run, why."""

@@ -99,3 +99,37 @@ def test_plan_for_a_marked_test_keeps_absent_backends_as_skips_with_the_reason()
     plan = {p.name: p for p in plan_backends(("mps", "vulkan"), [])}  # no Metal on any Linux machine
     assert plan["vulkan"].skip_reason is None
     assert plan["mps"].skip_reason is not None and "mps backend not available" in plan["mps"].skip_reason
+
+
+def test_backend_first_ids_of_older_baselines() -> None:
+    from pytest_gpuperf.selection import backend_first_id
+
+    assert backend_first_id("t.py::test_x[64-cpu]", "cpu") == "t.py::test_x[cpu-64]"
+    assert backend_first_id("t.py::test_x[a-b-cuda]", "cuda") == "t.py::test_x[cuda-a-b]"
+    assert backend_first_id("t.py::test_x[cpu]", "cpu") is None
+    assert backend_first_id("t.py::test_x[64-cuda]", "cpu") is None
+
+
+def test_a_baseline_recorded_with_the_backend_first_in_the_id_is_still_found(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    import yaml
+
+    pytester.makepyfile(
+        test_old="""
+        import pytest
+
+        @pytest.mark.parametrize("n", [64])
+        def test_x(gpuperf, n):
+            gpuperf.record("script.latency", 1.0, "s")
+        """
+    )
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    [path] = (pytester.path / "baselines").glob("*.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["tests"] = {"test_old.py::test_x[cpu-64]": data["tests"]["test_old.py::test_x[64-cpu]"]}  # the old key
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = pytester.runpytest("--gpuperf", "-v", *fast_args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*script: latency*1 s*1 s*+0.0%*ok*"])
+    assert "no baseline" not in result.stdout.str()
