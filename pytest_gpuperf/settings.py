@@ -175,8 +175,11 @@ def get_option(config: pytest.Config, flag: str) -> Any:
 
 def check_all_options(config: pytest.Config) -> None:
     """Read every registered option once, so a bad value is a usage error at start-up, not mid-run."""
+    # only options registered in this run (a feature plugin disabled with -p no:... registered none)
+    registered = getattr(getattr(config, "_parser", None), "_inidict", None)
     for flag in list(_REGISTRY):
-        get_option(config, flag)
+        if registered is None or ini_name(flag) in registered:
+            get_option(config, flag)
 
 
 def _convert(kind: type, value: Any, flag: str) -> Any:
