@@ -96,8 +96,8 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     result.assert_outcomes(passed=5)
     records = {r["test"]: r for r in map(json.loads, (pytester.path / "replicas.jsonl").read_text().splitlines())}
 
-    first, again = records["test_a_measures[cpu-3]"]["calls"]
-    pytest_pid = records["test_a_measures[cpu-3]"]["pytest_pid"]
+    first, again = records["test_a_measures[3-cpu]"]["calls"]
+    pytest_pid = records["test_a_measures[3-cpu]"]["pytest_pid"]
     assert [run["ok"] for run in first] == [True, True]
     pids = {run["pid"] for run in first}
     assert len(pids) == 2 and pytest_pid not in pids, "two distinct processes, neither the pytest process"
