@@ -228,11 +228,13 @@ def test_throughput_samples_are_derived_from_the_time_samples_not_stored_twice(t
     assert load_baseline_file(path).tests == loaded.tests  # type: ignore[union-attr]
 
 
-def test_drift_normalized_samples_of_old_files_are_ignored_and_not_written_again(tmp_path: Path) -> None:
-    text = HEAD + "    step.time: {value: 0.5, kind: time, samples: [0.5], normalized: [.nan, 1.0]}\n"
+def test_drift_probe_fields_of_old_files_are_ignored_and_not_written_again(tmp_path: Path) -> None:
+    old = "normalized: [.nan, 1.0], reference: matmul"
+    text = HEAD + f"    step.time: {{value: 0.5, kind: time, samples: [0.5], {old}}}\n"
     loaded = parse_baseline_text(tmp_path / "x.yaml", text)
-    assert "normalized" not in loaded.tests["t.py::a"]["step.time"]
+    assert set(loaded.tests["t.py::a"]["step.time"]) == {"value", "kind", "samples"}
     assert "normalized" not in render_baseline(loaded)
+    assert "reference" not in render_baseline(loaded)
 
 
 def test_an_update_that_changes_nothing_leaves_the_file_byte_identical(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ shows only what changed)::
 
 A throughput entry stores no samples of its own when its ``<step>.time`` sibling
 has them: they are the same measurements (``items / time``), derived on reading.
-Drift-normalized samples (``normalized``) of older files are ignored.
+The drift probe's fields of older files (``normalized`` samples, ``reference``) are
+ignored on reading and not written again.
 
 Reading uses the safe loader only, in one pass: the document is composed once,
 line numbers come from that node tree, and the sample lists are checked for
@@ -35,6 +36,8 @@ MAX_SAMPLES = 1000
 #: Largest baseline file read (a 1,000-test file is about 1 MB).
 MAX_FILE_BYTES = 32 * 1024 * 1024
 KINDS_POSITIVE = ("time", "throughput")
+#: Fields of the drift probe, which is gone: read and dropped.
+RETIRED_FIELDS = frozenset({"normalized", "reference"})
 BETTER = ("lower", "higher", "equal")
 RERECORD_HINT = "fix it by hand or delete it and re-record with `pytest --gpuperf --gpuperf-update`"
 
@@ -77,7 +80,7 @@ def entry_problem(entry: Any, max_samples: int = MAX_SAMPLES) -> str | None:
     if "value" not in entry:
         return "needs a 'value'"
     kind = entry.get("kind")
-    for key in ("kind", "unit", "reference", "method"):
+    for key in ("kind", "unit", "method"):
         if key in entry and not isinstance(entry[key], str):
             return f"{key} must be a string, got {entry[key]!r}"
     if "better" in entry and entry["better"] not in BETTER:
@@ -243,7 +246,7 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
             if problem:
                 where = lines.get(("tests", str(test_id), str(metric_name)))
                 raise BaselineError(path, f"metric {metric_name!r} of {test_id!r}: {problem}", where)
-            stored[str(test_id)][str(metric_name)] = {k: v for k, v in entry.items() if k != "normalized"}
+            stored[str(test_id)][str(metric_name)] = {k: v for k, v in entry.items() if k not in RETIRED_FIELDS}
     return BaselineFile(path=path, fingerprint=fingerprint, tests=_expand(stored), stored=stored)
 
 

@@ -24,7 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.baselines.schema import SCHEMA_VERSION, BaselineError, BaselineFile, entry_problem
+from pytest_gpuperf.baselines.schema import (
+    RETIRED_FIELDS,
+    SCHEMA_VERSION,
+    BaselineError,
+    BaselineFile,
+    entry_problem,
+)
 
 METRIC_FIELD_ORDER = ("value", "unit", "better", "kind", "samples", "extra")
 SAMPLES_KEPT = 30
@@ -76,7 +82,7 @@ def ordered_entry(entry: dict[str, Any]) -> dict[str, Any]:
             else:
                 value = _round(value)
             ordered[key] = value
-    for key in sorted(set(entry) - set(METRIC_FIELD_ORDER) - {"normalized"}):
+    for key in sorted(set(entry) - set(METRIC_FIELD_ORDER) - RETIRED_FIELDS):
         ordered[key] = _plain(entry[key])
     return ordered
 

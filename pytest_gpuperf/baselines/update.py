@@ -2,7 +2,7 @@
 
 * An entry is rewritten only when its metric moved past its tolerance (judged
   the way a normal run judges it), when how it was measured changed (unit, kind,
-  direction, timing method, drift probe) or when it is new; otherwise the stored
+  direction, timing method) or when it is new; otherwise the stored
   entry is kept byte for byte. So re-recording unchanged code gives a 0-line diff
   and an optimised test changes only the metrics that moved.
   ``--gpuperf-update-all`` rewrites every entry of the tests that ran.
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 #: Metrics computed from a step's time (so kept or rewritten with it), by the last part of their name.
 TIMING_DERIVED = ("flop_rate", "bandwidth", "roof_share", "roof_fraction")
 #: Fields that say how a metric was measured: a change rewrites the entry whatever the values.
-IDENTITY_FIELDS = ("unit", "better", "kind", "reference", "method")
+IDENTITY_FIELDS = ("unit", "better", "kind", "method")
 _TIMING_KINDS = ("time", "throughput")
 
 Entries = dict[str, dict[str, dict[str, Any]]]
@@ -43,10 +43,8 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
     if metric.samples:
         entry["samples"] = spread_subset(list(metric.samples))
-    if metric.kind in _TIMING_KINDS:  # how it was timed, so later runs time it the same way
-        for key in ("reference", "method"):
-            if metric.extra.get(key):
-                entry[key] = metric.extra[key]
+    if metric.kind in _TIMING_KINDS and metric.extra.get("method"):
+        entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way
     return entry
 
 
