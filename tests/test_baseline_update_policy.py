@@ -102,3 +102,26 @@ def test_the_updater_refuses_an_entry_the_reader_would_refuse(tmp_path: Path) ->
     ):
         updater.hold("t::a", tmp_path / "x.yaml", {}, [bad], None, "cpu")
     assert updater.held == {}
+
+
+def test_entries_recorded_under_the_old_backend_first_id_are_kept_and_moved_to_the_new_id(tmp_path: Path) -> None:
+    from pytest_gpuperf.baselines import load_baseline_file, update_baseline_file
+
+    path = tmp_path / "cpu.yaml"
+    memory = Metric("step.peak_memory", 4096, "B", "lower", "memory", tolerance=0.05)
+    update_baseline_file(path, {"backend": "cpu"}, {"t.py::test_x[cpu-64]": entries_for([memory])})
+    baseline = load_baseline_file(path)
+    committed: dict = {}
+    updater = BaselineUpdater(committed)
+    verdicts = [Verdict(Metric("step.peak_memory", 4100, "B", "lower", "memory", tolerance=0.05), "recorded")]
+    updater.hold("t.py::test_x[64-cpu]", path, {"backend": "cpu"}, verdicts, baseline, "cpu")
+    assert verdicts[0].baseline == 4096  # kept: within tolerance of the entry under the old id
+
+    class Report:
+        when, nodeid, passed, outcome = "call", "t.py::test_x[64-cpu]", True, "passed"
+
+    updater.pytest_runtest_logreport(Report())  # type: ignore[arg-type]
+    update_baseline_file(path, {"backend": "cpu"}, committed[path][1])
+    loaded = load_baseline_file(path)
+    assert loaded is not None
+    assert loaded.stored == {"t.py::test_x[64-cpu]": {"step.peak_memory": entries_for([memory])["step.peak_memory"]}}

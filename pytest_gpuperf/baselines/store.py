@@ -181,10 +181,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def check_entries(path: Path, entries: dict[str, dict[str, dict[str, Any]]]) -> None:
+def check_entries(path: Path, entries: dict[str, dict[str, dict[str, Any]] | None]) -> None:
     """Refuse (:class:`BaselineError`) to write any entry the reader would refuse."""
     for test_id, metrics in sorted(entries.items()):
-        for name, entry in sorted(metrics.items()):
+        for name, entry in sorted((metrics or {}).items()):
             problem = entry_problem(ordered_entry(entry))
             if problem:
                 raise BaselineError(
@@ -201,14 +201,15 @@ def check_directory(directory: Path) -> None:
 
 
 def update_baseline_file(
-    path: Path, fingerprint: dict[str, Any], entries: dict[str, dict[str, dict[str, Any]]]
+    path: Path, fingerprint: dict[str, Any], entries: dict[str, dict[str, dict[str, Any]] | None]
 ) -> BaselineFile:
     """Record ``entries`` (test id -> metric -> entry) in ``path``, keeping every other test's entry.
 
     Each test's metrics are replaced as a whole (a metric a test no longer
-    produces disappears). Raises :class:`BaselineError`, writing nothing, when
-    the existing file is malformed or an entry is invalid; the file is left as
-    it is (not even re-rendered) when nothing in it changes.
+    produces disappears); a test mapped to None is removed (its entries moved
+    to a new id). Raises :class:`BaselineError`, writing nothing, when the
+    existing file is malformed or an entry is invalid; the file is left as it
+    is (not even re-rendered) when nothing in it changes.
     """
     from pytest_gpuperf.baselines.schema import load_baseline_file
 
@@ -221,6 +222,9 @@ def update_baseline_file(
         stored = dict(current.stored) if current is not None else {}
         changed = current is None
         for test_id, metrics in entries.items():
+            if metrics is None:
+                changed = stored.pop(test_id, None) is not None or changed
+                continue
             new = {name: ordered_entry(entry) for name, entry in metrics.items()}
             old = {name: ordered_entry(entry) for name, entry in stored.get(test_id, {}).items()}
             if new != old:

@@ -123,6 +123,16 @@ def decide(
     return kept
 
 
+def _stored_key(node_id: str, backend: str, baseline: BaselineFile | None) -> str:
+    """The key of the test's entries in ``baseline``: its id, or the older backend-first id they were recorded under."""
+    from pytest_gpuperf.selection import backend_first_id
+
+    if baseline is None or node_id in baseline.stored:
+        return node_id
+    legacy = backend_first_id(node_id, backend)
+    return legacy if legacy and legacy in baseline.stored else node_id
+
+
 @dataclasses.dataclass
 class HeldTest:
     """The entries one test produced, waiting for its call phase to pass."""
@@ -132,6 +142,8 @@ class HeldTest:
     entries: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     kept: set[str] = dataclasses.field(default_factory=set)
     had_entry: bool = False
+    #: The key the test's entries had when recorded under an older id (backend first); removed on commit.
+    replaces: str | None = None
 
 
 class BaselineUpdater:
@@ -173,8 +185,11 @@ class BaselineUpdater:
             if problem:
                 raise ValueError(f"{node_id}: metric {name!r} cannot be recorded as a baseline: {problem}")
         held = self.held.setdefault(node_id, HeldTest(path, fingerprint))
-        stored = (baseline.stored.get(node_id) if baseline is not None else None) or {}
-        expanded = (baseline.tests.get(node_id) if baseline is not None else None) or {}
+        key = _stored_key(node_id, str(fingerprint.get("backend", "")), baseline)
+        if key != node_id:
+            held.replaces = key
+        stored = (baseline.stored.get(key) if baseline is not None else None) or {}
+        expanded = (baseline.tests.get(key) if baseline is not None else None) or {}
         held.had_entry = held.had_entry or bool(stored)
         kept = {} if self.update_all else decide(metrics, expanded, new, where)
         for verdict in verdicts:
@@ -205,6 +220,8 @@ class BaselineUpdater:
             return
         _, tests = self.committed.setdefault(held.path, (held.fingerprint, {}))
         tests[report.nodeid] = held.entries
+        if held.replaces:
+            tests[held.replaces] = None  # type: ignore[assignment] - the old key is removed (see update_baseline_file)
         counts = self.written.setdefault(str(held.path), {"kept": 0, "rewritten": 0, "tests": 0})
         counts["tests"] += 1
         counts["kept"] += len(held.kept)
