@@ -13,7 +13,9 @@ API (call it while the test runs, from its call phase: its fixture values are sh
         run.status, run.error, run.pid, run.seconds, run.stdout, run.stderr
 
 * ``item``: the running ``pytest.Function`` (module-level test; its fixture values and parameters
-  must pickle: they travel to the worker, the way the rank pool ships them);
+  must pickle: they travel to the worker, the way the rank pool ships them). Only the values of the
+  test's own arguments travel: side effects of fixtures (an autouse fixture that sets a default dtype
+  or an environment variable) do not happen in the worker;
 * ``processes``: how many fresh processes run it, one after another (never in parallel: they would
   contend for the device). Each is a process that has **not run this test before** (it may have run
   other tests: workers are kept and reused across tests, so ``--gpuperf-processes N`` costs N-1
