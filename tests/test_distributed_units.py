@@ -183,3 +183,28 @@ def test_a_ranks_handle_is_the_cores_own_on_a_lockstep_backend_with_agreed_setti
         0.0,
     )
     assert GpuPerf.adjust_config is None, "the core's own handles keep their settings"
+
+
+class _FakePool:
+    def __init__(self, backend: str, alive: bool = True) -> None:
+        self.backend, self.alive, self.closed = backend, alive, []  # type: ignore[var-annotated]
+
+    def close(self, graceful: bool = True) -> None:
+        self.closed.append(graceful)
+        self.alive = False
+
+
+def test_replica_workers_are_picked_new_to_the_test_dead_ones_dropped_and_extra_ones_stopped() -> None:
+    from pytest_gpuperf.distributed.replicate import ReplicaPool, _Worker
+    from pytest_gpuperf.distributed.tasks import RankTask
+
+    dead, ran_it, fresh, other = (_FakePool("cpu", alive=False), _FakePool("cpu"), _FakePool("cpu"), _FakePool("cuda"))
+    replicas = ReplicaPool(
+        workers=[_Worker(dead), _Worker(ran_it, {"t.py::a"}), _Worker(other), _Worker(fresh)]  # type: ignore[arg-type]
+    )
+    task = RankTask("t.py::a", "t", "t.py", "a", "cpu")
+    assert replicas._fresh_worker(task).pool is fresh
+    assert dead.closed == [False] and [w.pool for w in replicas.workers] == [ran_it, other, fresh]
+    replicas._keep["cpu"] = 1
+    replicas._trim("cpu")
+    assert ran_it.closed == [True] and [w.pool for w in replicas.workers] == [other, fresh]

@@ -125,8 +125,10 @@ class ReplicaPool:
     def _fresh_worker(self, task: RankTask) -> _Worker:
         from pytest_gpuperf.distributed.pool import PoolStartError, RankPool
 
+        for worker in [w for w in self.workers if not w.pool.alive]:  # killed by a fault or Ctrl-C
+            self._drop(worker)
         for worker in self.workers:
-            if worker.pool.backend == task.backend and task.node_id not in worker.ran and worker.pool.alive:
+            if worker.pool.backend == task.backend and task.node_id not in worker.ran:
                 return worker
         pool = RankPool(1, task.backend, solo=True)
         try:
