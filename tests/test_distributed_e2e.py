@@ -31,8 +31,10 @@ def test_a_measures_on_every_rank(gpuperf, gpuperf_rank, size):
 
 
 @pytest.mark.gpuperf_distributed(world_size=2)
-def test_b_gets_a_clean_reused_rank(gpuperf_rank):
+def test_b_gets_a_clean_reused_rank(gpuperf_rank, gpuperf_device):
     from torch.distributed import distributed_c10d as c10d
+
+    assert gpuperf_device == gpuperf_rank.device, "gpuperf_device is the rank's own device"
 
     assert len(c10d._world.pg_map) == 1, "the group test_a leaked is still there"
     assert (HERE / f"pid{gpuperf_rank.rank}").read_text() == str(os.getpid()), "the rank was not reused"

@@ -162,6 +162,8 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:
             kwargs["gpuperf_backend"] = backend
+        if "gpuperf_device" in task.wants:
+            kwargs["gpuperf_device"] = backend.device()  # this rank's (cuda:<local_rank>), not the pytest process's
         if capture:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 func(**kwargs)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.settings import Settings
 
 #: Fixtures the rank provides itself; any other argument is shipped from the pytest process.
-RANK_FIXTURES = ("gpuperf", "gpuperf_rank", "gpuperf_backend")
+RANK_FIXTURES = ("gpuperf", "gpuperf_rank", "gpuperf_backend", "gpuperf_device")
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
