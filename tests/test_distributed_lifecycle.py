@@ -142,3 +142,16 @@ def test_ranks_exit_when_pytest_is_killed_and_left_a_zombie_by_its_parent(
         parent.wait()
         for pid in _tagged(tag):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_pool_that_fails_to_start_says_why_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes.tempfile, "tempdir", str(tmp_path))
+    from pytest_gpuperf.distributed.pool import PoolStartError, RankPool
+
+    pool = RankPool(1, "cpu", solo=True)
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(PoolStartError, match="the worker exited with code 1 before all 1 rank"):
+        pool.start(timeout=60)
+    assert list(tmp_path.iterdir()) == []
