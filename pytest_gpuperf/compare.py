@@ -136,7 +136,11 @@ def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, wher
     base_value = float(entry["value"])
     q = judged_quantile(metric.better)
     point = float(metric.value) / base_value if base_value else float("inf")
-    shown = _estimate(metric.samples, entry.get("samples") or [], q, point)
+    estimate = _estimate(metric.samples, entry.get("samples") or [], q, point)
+    # The change shown is value / baseline (the numbers printed beside it); the bootstrap gives its interval,
+    # re-centred on it (stored samples are a subset, so their quantile can differ slightly from the value).
+    scale = point / estimate.ratio if estimate.ratio > 0 and point not in (0.0, float("inf")) else 1.0
+    shown = RatioEstimate(point, estimate.low * scale, estimate.high * scale)
     extra = f", 95% CI {format_change(shown.low)}..{format_change(shown.high)}"
     status = _status(shown.ratio, shown.low, shown.high, metric.better, tolerance)
     if metric.extra.get("budget_exhausted"):

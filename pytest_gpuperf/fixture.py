@@ -73,11 +73,17 @@ class GpuPerf:
     adjust_config: Callable[[MeasureConfig, Callable[[], object]], MeasureConfig] | None = None
 
     def __init__(
-        self, context: TestContext, judging: Judging | None = None, after_measure: AfterMeasure | None = None
+        self,
+        context: TestContext,
+        judging: Judging | None = None,
+        after_measure: AfterMeasure | None = None,
+        confirmed_elsewhere: bool = False,
     ) -> None:
         self.context = context
         self.judging = judging
         self._after_measure = after_measure
+        #: A suspected regression is confirmed in a fresh process after the test body (by the session), not here.
+        self.confirmed_elsewhere = confirmed_elsewhere
         self.measurements: list[Measurement] = []
         self.metrics: list[Metric] = []
 
@@ -187,9 +193,9 @@ class GpuPerf:
         hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
         metrics += self._counted(step, name, timing, metrics, hints)
         verdicts = judging.judge(self.context, metrics)
-        if judging.wants_confirmation(verdicts):
-            metrics, timing = self._confirm(step, name, plan, metrics, items, unit, flops, bytes_moved)
-            verdicts = judging.judge(self.context, metrics)
+        if judging.wants_confirmation(verdicts) and not self.confirmed_elsewhere:
+            again = self._retime(step, name, plan, items, unit, flops, bytes_moved)
+            verdicts = judging.confirm(self.context, verdicts, again, where="a second measurement in this process")
         judging.store(self.context, verdicts)
         measurement = Measurement(name=name, metrics={m.name: m for m in metrics}, timing=timing)
         self.measurements.append(measurement)
@@ -207,26 +213,21 @@ class GpuPerf:
         context = MeasureContext(self.context, step, name, timing, list(metrics), self.judging, hints)
         return list(self._after_measure(context))
 
-    def _confirm(
+    def _retime(
         self,
         step: Callable[[], object],
         name: str,
         plan: MeasurePlan,
-        metrics: list[Metric],
         items: float | None,
         unit: str,
         flops: float | None,
         bytes_moved: float | None,
-    ) -> tuple[list[Metric], TimingResult]:
-        """Time a suspected regression once more; its timing metrics replace the first ones."""
+    ) -> dict[str, Metric]:
+        """Time a suspected regression once more in this process (when no fresh process can confirm it)."""
         from pytest_gpuperf.measure import measure_time
 
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        retimed = {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
-        confirmed = [retimed.get(m.name, m) for m in metrics]
-        for metric in confirmed:
-            metric.extra["confirmed"] = True
-        return confirmed, timing
+        return {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
 
     def _timing_metrics(
         self,
@@ -332,4 +333,6 @@ def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> Gp
     def after_measure(measured: Any) -> list[Metric]:
         return [metric for metrics in hook(context=measured) for metric in (metrics or [])]
 
-    return GpuPerf(context, session.judging, after_measure)
+    from pytest_gpuperf.replication import can_replicate
+
+    return GpuPerf(context, session.judging, after_measure, can_replicate(item))

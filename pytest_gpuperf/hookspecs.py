@@ -5,7 +5,8 @@ object it registers with ``config.pluginmanager.register``); it never reaches in
 
 * :func:`pytest_gpuperf_after_measure`: add metrics (bound verdicts, profiler numbers) to a step;
 * :func:`pytest_gpuperf_baseline_loader`: read baselines from somewhere else (a git ref);
-* :func:`pytest_gpuperf_write_baselines`: veto writing this process's baseline updates (ranks != 0).
+* :func:`pytest_gpuperf_write_baselines`: veto writing this process's baseline updates (ranks != 0);
+* :func:`pytest_gpuperf_run_in_fresh_processes`: run a test again in fresh processes (replication, confirmation).
 """
 
 from __future__ import annotations
@@ -42,3 +43,13 @@ def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Callable[[Path], Ba
 @pytest.hookspec(firstresult=True)
 def pytest_gpuperf_write_baselines(config: pytest.Config) -> bool | None:
     """Return False to keep this process from writing its ``--gpuperf-update`` entries (first non-None wins)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_run_in_fresh_processes(item: pytest.Item, processes: int) -> list[list[Metric]] | None:
+    """Run the running test ``item`` again in ``processes`` fresh processes; return each one's metrics (unjudged).
+
+    Called from the call phase, after the test body: to record a baseline from several processes
+    (``--gpuperf-processes``) and to confirm a suspected regression in a fresh process. Raise with the
+    reason when the test cannot run elsewhere; return None when this plugin does not replicate.
+    """

@@ -16,21 +16,19 @@ The fixture and the ranks use it through the same methods; the session only rela
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.baseline_sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
 from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.baselines import BaselineFile
     from pytest_gpuperf.baselines.update import BaselineUpdater
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.settings import Settings
 
-#: Reads one baseline file (None when it does not exist).
-Loader = Callable[[Path], "BaselineFile | None"]
-Entries = dict[str, dict[str, Any]]
+__all__ = ["BaselineSource", "CollectingJudging", "Entries", "FileBaselines", "FixedBaselines", "Judging", "Loader"]
 
 
 def judged_timing_metric(name: str, items: float | None) -> tuple[str, str]:
@@ -45,118 +43,6 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
     from pytest_gpuperf.baselines.update import metric_to_entry as to_entry
 
     return to_entry(metric)
-
-
-class BaselineSource(Protocol):
-    """Where a judging service reads a test's baseline entries from."""
-
-    def fingerprint(self, context: TestContext) -> dict[str, Any]:
-        """The hardware fingerprint (with world size) the test's baselines are keyed by."""
-        ...
-
-    def path(self, context: TestContext) -> Path:
-        """The baseline file of the test's fingerprint."""
-        ...
-
-    def entries(self, context: TestContext) -> Entries:
-        """The test's recorded metrics (``{}`` without a baseline); errors name file and line."""
-        ...
-
-    def file(self, context: TestContext) -> BaselineFile | None:
-        """The whole baseline file of the test's fingerprint (None when absent or not known here)."""
-        ...
-
-
-class FileBaselines:
-    """Baseline files under ``settings.baselines_dir``, read once each through ``loader``."""
-
-    def __init__(self, settings: Settings, loader: Callable[[], Loader | None] | None = None) -> None:
-        self.settings = settings
-        self._loader_factory = loader
-        self._loader: Loader | None = None
-        self._fingerprints: dict[tuple[str, int], dict[str, Any]] = {}
-        self._files: dict[Path, BaselineFile | None] = {}
-
-    def fingerprint(self, context: TestContext) -> dict[str, Any]:
-        """The backend's fingerprint plus the context's world size (cached per backend and size)."""
-        key = (context.backend.name, context.world_size)
-        if key not in self._fingerprints:
-            self._fingerprints[key] = {**context.backend.fingerprint(), "world_size": context.world_size}
-        return self._fingerprints[key]
-
-    def path(self, context: TestContext) -> Path:
-        """Where the baselines of the context's fingerprint live."""
-        from pytest_gpuperf.fingerprint import baseline_filename
-
-        return self.settings.baselines_dir / baseline_filename(self.fingerprint(context))
-
-    def loader(self) -> Loader:
-        """The loader in use: a feature's (asked once, lazily), else the working tree's files."""
-        if self._loader is None:
-            from pytest_gpuperf.baselines import load_baseline_file
-
-            self._loader = (self._loader_factory() if self._loader_factory else None) or load_baseline_file
-        return self._loader
-
-    def file(self, context: TestContext) -> BaselineFile | None:
-        """The loaded baseline file of the context (None if absent); errors fail the test naming file and line."""
-        import pytest
-
-        from pytest_gpuperf.baselines import BaselineError
-        from pytest_gpuperf.fingerprint import identity
-
-        path = self.path(context)
-        if path not in self._files:
-            fingerprint = self.fingerprint(context)
-            try:
-                loaded = self.loader()(path)
-                if loaded is not None and identity(loaded.fingerprint) != identity(fingerprint):
-                    raise BaselineError(
-                        path,
-                        f"its fingerprint {identity(loaded.fingerprint)} does not match this machine's "
-                        f"{identity(fingerprint)}; the file name and its content disagree",
-                        2,
-                    )
-            except BaselineError as exc:
-                pytest.fail(f"pytest-gpuperf: {exc}", pytrace=False)
-            self._files[path] = loaded
-        return self._files[path]
-
-    def entries(self, context: TestContext) -> Entries:
-        """The test's recorded metrics in its baseline file (``{}`` when none)."""
-        baseline = self.file(context)
-        if baseline is None:
-            return {}
-        from pytest_gpuperf.selection import backend_first_id  # entries recorded when the backend came first
-
-        found = baseline.tests.get(context.node_id)
-        legacy = backend_first_id(context.node_id, context.backend.name)
-        return dict(found or (baseline.tests.get(legacy) if legacy else None) or {})
-
-
-class FixedBaselines:
-    """The entries the pytest process looked up for one test, sent to the ranks that measure it (picklable)."""
-
-    def __init__(self, entries: Entries, fingerprint: dict[str, Any] | None = None, path: str = "") -> None:
-        self._entries = dict(entries)
-        self._fingerprint = dict(fingerprint or {})
-        self._path = path
-
-    def fingerprint(self, context: TestContext) -> dict[str, Any]:
-        """The fingerprint the pytest process judged with (the rank's own when none was sent)."""
-        return self._fingerprint or {**context.backend.fingerprint(), "world_size": context.world_size}
-
-    def path(self, context: TestContext) -> Path:
-        """The file the entries came from (informational on a rank)."""
-        return Path(self._path)
-
-    def file(self, context: TestContext) -> BaselineFile | None:
-        """Ranks see only their test's entries, never a whole file."""
-        return None
-
-    def entries(self, context: TestContext) -> Entries:
-        """The entries sent with the task."""
-        return dict(self._entries)
 
 
 class Judging:
@@ -230,7 +116,6 @@ class Judging:
     # -- verdicts ------------------------------------------------------------------------------
     def judge(self, context: TestContext, metrics: list[Metric]) -> list[Verdict]:
         """Judge metrics of one test against the baseline of its hardware and world size."""
-        from pytest_gpuperf.compare import judge
         from pytest_gpuperf.fingerprint import describe
 
         where = describe(self.fingerprint(context))
@@ -244,14 +129,112 @@ class Judging:
             if self.settings.update:
                 verdicts.append(Verdict(metric, "recorded" if metric.judged else "info", tolerance=tolerance))
             else:
-                verdicts.append(judge(metric, entries.get(metric.name), tolerance, where))
-        return verdicts
+                verdicts.append(self._judge_one(metric, entries.get(metric.name), tolerance, where))
+        return self._explain_bounds(verdicts, entries)
+
+    @staticmethod
+    def _judge_one(
+        metric: Metric, entry: dict[str, Any] | None, tolerance: float, where: str, evidence: bool = True
+    ) -> Verdict:
+        """One metric against its entry; inconclusive when the ``evidence`` cannot decide (:mod:`.evidence`)."""
+        from dataclasses import replace
+
+        from pytest_gpuperf.compare import judge
+        from pytest_gpuperf.evidence import inconclusive, timing_reason
+
+        verdict = judge(metric, entry, tolerance, where)
+        mdc = (entry or {}).get("min_detectable_change")
+        if isinstance(mdc, (int, float)) and metric.kind in (KIND_TIME, KIND_THROUGHPUT) and verdict.message:
+            metric.extra["min_detectable_change"] = mdc
+            verdict = replace(verdict, message=f"{verdict.message}; smallest detectable slowdown {mdc:.0%}")
+        doubt = timing_reason(verdict, entry) if evidence else None
+        return inconclusive(verdict, doubt[1], doubt[0]) if doubt else verdict
+
+    @staticmethod
+    def _explain_bounds(verdicts: list[Verdict], entries: Entries) -> list[Verdict]:
+        """A bound class that changed while the step's FLOPs per byte did not is inconclusive (a speed effect)."""
+        from pytest_gpuperf.evidence import BOUND, bound_reason, inconclusive
+
+        intensity = {v.metric.name: v.metric.value for v in verdicts if v.metric.name.endswith(".arithmetic_intensity")}
+        out = []
+        for verdict in verdicts:
+            step = verdict.metric.name.rpartition(".")[0]
+            reason = bound_reason(verdict, entries, intensity.get(f"{step}.arithmetic_intensity"))
+            out.append(inconclusive(verdict, reason, BOUND) if reason else verdict)
+        return out
 
     def wants_confirmation(self, verdicts: list[Verdict]) -> bool:
         """A suspected time/throughput regression is measured once more before it fails."""
-        return self.settings.confirm and any(
-            v.status == "regression" and v.metric.kind in (KIND_TIME, KIND_THROUGHPUT) for v in verdicts
-        )
+        return self.settings.confirm and bool(suspects(verdicts))
+
+    def confirm(
+        self,
+        context: TestContext,
+        first: list[Verdict],
+        again: dict[str, Metric] | None,
+        note: str = "",
+        where: str = "a fresh process",
+    ) -> list[Verdict]:
+        """Re-judge the suspects of ``first`` with the metrics measured ``again`` (None: could not be measured)."""
+        from pytest_gpuperf.fingerprint import describe
+        from pytest_gpuperf.replication import reconcile
+
+        entries, described = self.entries(context), describe(self.fingerprint(context))
+        out = []
+        for verdict in first:
+            if verdict not in suspects([verdict]):
+                out.append(verdict)
+                continue
+            metric = (again or {}).get(verdict.metric.name)
+            if metric is None:
+                out.append(reconcile(verdict, None, note or "the confirmation did not measure it", where))
+                continue
+            metric.judged, metric.tolerance = verdict.metric.judged, verdict.tolerance
+            tolerance = verdict.tolerance or 0.0
+            # The confirmation's own measured change decides agreement (its run conditions were the first's doubt).
+            again_verdict = self._judge_one(metric, entries.get(metric.name), tolerance, described, evidence=False)
+            out.append(reconcile(verdict, again_verdict, where=where))
+        return out
+
+    def confirm_stored(self, node_id: str, again: dict[str, Metric] | None, note: str = "") -> None:
+        """:meth:`confirm` the stored verdicts of a test (after its body ran) with a fresh process's metrics."""
+        context = self.contexts.get(node_id)
+        if context is not None and suspects(self.verdicts.get(node_id, [])):
+            self.verdicts[node_id] = self.confirm(context, self.verdicts[node_id], again, note)
+
+    def merge_processes(self, node_id: str, runs: list[dict[str, Metric]]) -> None:
+        """Under ``--gpuperf-update``: store each timing metric from this and the fresh processes' measurements."""
+        from pytest_gpuperf.replication import combine, is_timing
+
+        context = self.contexts.get(node_id)
+        if context is None:
+            return
+        merged, timing = [], []
+        for verdict in self.verdicts.get(node_id, []):
+            metric = verdict.metric
+            if is_timing(metric):
+                metric = combine(
+                    metric, [run[metric.name] for run in runs if metric.name in run], verdict.tolerance or 0
+                )
+            merged.append(Verdict(metric, verdict.status, tolerance=verdict.tolerance))
+            if is_timing(metric):
+                timing.append(merged[-1])
+        self.verdicts[node_id] = merged
+        if timing:
+            self._hold(context, self.baselines.path(context), timing)
+
+    def warnings_for(self, node_id: str) -> list[str]:
+        """What the user should see even when the test passes: inconclusive verdicts, tolerances below the noise."""
+        from pytest_gpuperf.replication import tolerance_warning
+
+        lines = []
+        for verdict in self.verdicts.get(node_id, []):
+            if verdict.status == "inconclusive" and not self.settings.strict:
+                lines.append(f"{node_id}: {verdict.message} (passes; --gpuperf-strict fails it)")
+            warning = tolerance_warning(verdict.metric) if self.settings.update else None
+            if warning:
+                lines.append(f"{node_id}: {warning}")
+        return lines
 
     def store(self, context: TestContext, verdicts: list[Verdict]) -> None:
         """Keep verdicts for the report and, under ``--gpuperf-update``, hand the entries to the updater.
@@ -261,26 +244,32 @@ class Judging:
         """
         if self.settings.update:
             path = self.baselines.path(context)
-            if self.updater is not None:
-                from pytest_gpuperf.fingerprint import describe
-
-                fingerprint = self.fingerprint(context)
-                baseline = self.baselines.file(context)
-                self.updater.hold(context.node_id, path, fingerprint, verdicts, baseline, describe(fingerprint))
-            else:
-                from pytest_gpuperf.baselines.update import entries_for
-
-                _, tests = self.pending_updates.setdefault(path, (self.fingerprint(context), {}))
-                tests.setdefault(context.node_id, {}).update(entries_for([v.metric for v in verdicts]))
+            for verdict in verdicts:
+                _note_single_process(verdict)  # the noise facts its entry stores (replaced by N processes' ones)
+            self._hold(context, path, verdicts)
         self.contexts[context.node_id] = context
         self.verdicts.setdefault(context.node_id, []).extend(verdicts)
+
+    def _hold(self, context: TestContext, path: Path, verdicts: list[Verdict]) -> None:
+        """Hand ``verdicts``' entries to the updater (validated, kept when within tolerance), or collect them."""
+        if self.updater is not None:
+            from pytest_gpuperf.fingerprint import describe
+
+            fingerprint = self.fingerprint(context)
+            baseline = self.baselines.file(context)
+            self.updater.hold(context.node_id, path, fingerprint, verdicts, baseline, describe(fingerprint))
+        else:
+            from pytest_gpuperf.baselines.update import entries_for
+
+            _, tests = self.pending_updates.setdefault(path, (self.fingerprint(context), {}))
+            tests.setdefault(context.node_id, {}).update(entries_for([v.metric for v in verdicts]))
 
     def failure_lines(self, node_id: str) -> list[str]:
         """Messages of the verdicts that fail ``node_id`` (regressions, changed categories, strict misses)."""
         verdicts = self.verdicts.get(node_id, [])
         lines = [v.message for v in verdicts if v.failed]
         if self.settings.strict and not self.settings.update:
-            lines += [v.message + " (--gpuperf-strict)" for v in verdicts if v.status == "new"]
+            lines += [v.message + " (--gpuperf-strict)" for v in verdicts if v.status in ("new", "inconclusive")]
         return lines
 
     def report_context(self, node_id: str) -> dict[str, Any]:
@@ -297,6 +286,32 @@ class Judging:
             "baseline_file": str(self.baselines.path(context)),
             "software_changes": software_differences(baseline.fingerprint, fingerprint) if baseline else [],
         }
+
+
+def suspects(verdicts: list[Verdict]) -> list[Verdict]:
+    """Suspected time/throughput regressions: measured again (in a fresh process when possible) before failing.
+
+    Also those made inconclusive only by their run's conditions (unsettled, contended): another run may clear them.
+    """
+    from pytest_gpuperf.evidence import CONDITIONS
+
+    return [
+        v
+        for v in verdicts
+        if v.metric.kind in (KIND_TIME, KIND_THROUGHPUT)
+        and (v.status == "regression" or (v.suspected == "regression" and v.doubt == CONDITIONS))
+    ]
+
+
+def _note_single_process(verdict: Verdict) -> None:
+    """A recorded timing metric's noise facts from its own process (replaced when fresh processes add theirs)."""
+    from pytest_gpuperf.replication import is_timing, noise_facts
+
+    metric = verdict.metric
+    if is_timing(metric) and "processes" not in metric.extra:
+        precision = metric.extra.get("precision")
+        within = float(precision) if isinstance(precision, (int, float)) else 0.0
+        metric.extra.update(noise_facts([float(metric.value)], within, verdict.tolerance or 0.0))
 
 
 class CollectingJudging(Judging):

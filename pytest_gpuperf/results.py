@@ -58,11 +58,20 @@ class Verdict:
     ci: tuple[float, float] | None = None
     tolerance: float | None = None
     message: str = ""
+    #: For an inconclusive verdict: the status the numbers alone gave, and why they were doubted
+    #: (``conditions``: an unsettled or contended run, which a fresh process can clear; ``machine``,
+    #: ``spread``, ``confirmation``, ``bound``: doubts another measurement cannot clear).
+    suspected: str = ""
+    doubt: str = ""
 
     @property
     def failed(self) -> bool:
         """True when this verdict should fail the test."""
         return self.status in ("regression", "changed")
+
+
+class GpuperfWarning(UserWarning):
+    """Shown in pytest's warnings summary: an inconclusive verdict that passed, a tolerance below the noise."""
 
 
 #: Attribute of a call-phase ``TestReport`` that carries the test's verdicts (survives pytest-xdist).

@@ -33,6 +33,47 @@ class GpuperfSession:
         self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
 
     @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """After a passing body: replicate it in fresh processes (recording) or confirm a suspect; then warn."""
+        outcome = yield
+        node_id = item.nodeid
+        if outcome.excinfo is None and node_id in self.judging.contexts:
+            from pytest_gpuperf.replication import can_replicate
+
+            if can_replicate(item):
+                self._replicate(item)
+        import warnings
+
+        from pytest_gpuperf.results import GpuperfWarning
+
+        for line in self.judging.warnings_for(node_id):
+            warnings.warn(GpuperfWarning(line), stacklevel=1)
+
+    def _replicate(self, item: pytest.Item) -> None:
+        """``--gpuperf-processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
+        from pytest_gpuperf.judging import suspects
+        from pytest_gpuperf.replication import default_processes
+
+        judging, node_id = self.judging, item.nodeid
+        if self.settings.update:
+            context = judging.contexts[node_id]
+            wanted = getattr(self.settings, "processes", 0) or default_processes(context.backend.is_host_cpu())
+            if wanted > 1:
+                runs, _ = self._fresh_runs(item, wanted - 1)
+                judging.merge_processes(node_id, [{m.name: m for m in run} for run in runs])
+        elif self.settings.confirm and suspects(judging.verdicts.get(node_id, [])):
+            runs, note = self._fresh_runs(item, 1)
+            judging.confirm_stored(node_id, {m.name: m for m in runs[0]} if runs else None, note)
+
+    def _fresh_runs(self, item: pytest.Item, processes: int) -> tuple[list[list[Any]], str]:
+        """The metrics of ``processes`` fresh runs of ``item`` (through the hook), or none and why."""
+        try:
+            runs = self.config.hook.pytest_gpuperf_run_in_fresh_processes(item=item, processes=processes)
+        except Exception as exc:  # noqa: BLE001 - a test that cannot run elsewhere keeps its own verdict
+            return [], f"{type(exc).__name__}: {exc}"
+        return list(runs or []), "" if runs else "no fresh process ran it"
+
+    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """Fail the test's call phase when one of its metrics regressed; attach verdicts to the report."""
         outcome = yield
@@ -49,6 +90,11 @@ class GpuperfSession:
             prop = (f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]")
             report.user_properties.append(prop)
             item.user_properties.append(prop)  # junitxml writes the teardown report's, which copies the item's
+        for verdict in verdicts:
+            if verdict.status == "inconclusive":
+                prop = (f"gpuperf.{verdict.metric.name}.inconclusive", verdict.message)
+                report.user_properties.append(prop)
+                item.user_properties.append(prop)
         failures = self.judging.failure_lines(item.nodeid)
         if failures and report.passed:
             from pytest_gpuperf.reporting.terminal import failure_longrepr  # first line: the short fact

@@ -44,8 +44,8 @@ OPTIONS: list[OptionSpec] = [
         "--gpuperf-strict",
         "bool",
         False,
-        "fail perf tests that have no baseline for this hardware; a backend named by --gpuperf-backend "
-        "that is absent is a usage error",
+        "fail perf tests that have no baseline for this hardware or whose verdict is inconclusive (by default "
+        "those pass with a warning); a backend named by --gpuperf-backend that is absent is a usage error",
     ),
     ("--gpuperf-time-tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)"),
     ("--gpuperf-cpu-time-tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU backend"),
@@ -61,6 +61,14 @@ OPTIONS: list[OptionSpec] = [
     ),
     ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
+    (
+        "--gpuperf-processes",
+        "int",
+        0,
+        "with --gpuperf-update, record each baseline from N fresh processes and store their spread "
+        "(0: 3 on the CPU backend, 1 on GPUs)",
+        {"minimum": 0},
+    ),
     ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
     (
         "--gpuperf-cuda-graph",
@@ -231,6 +239,8 @@ class Settings:
     memory_tolerance: float
     confirm: bool
     measure: MeasureConfig
+    #: Processes a baseline is recorded from under ``--gpuperf-update`` (0: the backend's default).
+    processes: int = 0
 
     def time_tolerance_for(self, backend: Backend) -> float:
         """Default time tolerance of a backend: host-CPU devices are noisier than a GPU."""
@@ -288,4 +298,5 @@ def resolve_settings(config: pytest.Config) -> Settings:
         memory_tolerance=get_option(config, "--gpuperf-memory-tolerance"),
         confirm=not get_option(config, "--gpuperf-no-confirm"),
         measure=measure,
+        processes=get_option(config, "--gpuperf-processes"),
     )

@@ -62,3 +62,46 @@ def spread_subset(values: list[float], keep: int = 30) -> list[float]:
         return ordered
     step = (len(ordered) - 1) / (keep - 1)
     return [ordered[round(i * step)] for i in range(keep)]
+
+
+#: One-sided z for 95% power (and for a 95% one-sided noise bound).
+Z_95 = 1.645
+
+
+def process_spread(values: list[float]) -> float:
+    """Relative range of one statistic over processes: ``max / min - 1`` (0 for fewer than two)."""
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2:
+        return 0.0
+    return max(positive) / min(positive) - 1.0
+
+
+def log_sigma(values: list[float], within: float = 0.0) -> float:
+    """Standard deviation of ``log(value)`` between processes, floored by the within-process one.
+
+    ``within`` is a relative 95% half-width (``quantile_precision``) of one process's statistic; with one
+    process it is all there is.
+    """
+    inner = within / 1.96 if math.isfinite(within) and within > 0 else 0.0
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < 2:
+        return inner
+    mean = sum(logs) / len(logs)
+    between = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    return max(between, inner)
+
+
+def min_detectable_change(sigma: float, tolerance: float, processes: int = 1) -> float:
+    """Smallest slowdown the gate catches with 95% power at ``tolerance``, for a per-process noise ``sigma``.
+
+    A run's log ratio to the baseline is ``delta + noise`` with noise ``sigma * sqrt(1 + 1/processes)`` (the
+    run's process and the baseline's median over ``processes``). The gate fails a run past ``log(1 + t)``, so
+    it catches ``delta`` with 95% power when ``delta - 1.645 sd >= log(1 + t)``.
+    """
+    sd = sigma * math.sqrt(1.0 + 1.0 / max(1, processes))
+    return (1.0 + tolerance) * math.exp(Z_95 * sd) - 1.0
+
+
+def noise_bound(sigma: float, processes: int = 1) -> float:
+    """The slowdown unchanged code reaches in 5% of runs (one-sided): a tolerance below it fails by chance."""
+    return math.exp(Z_95 * sigma * math.sqrt(1.0 + 1.0 / max(1, processes))) - 1.0

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 #: Fast measuring settings for end-to-end runs on a small, shared CPU.
-FAST = ["--gpuperf-max-time", "0.3", "--gpuperf-min-samples", "5", "-p", "no:cacheprovider", "-p", "no:randomly"]
+FAST = [
+    "--gpuperf-max-time",
+    "0.3",
+    "--gpuperf-min-samples",
+    "5",
+    "--gpuperf-processes",
+    "1",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:randomly",
+]
 
 
 @pytest.fixture(autouse=True)

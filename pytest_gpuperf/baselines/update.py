@@ -32,6 +32,8 @@ TIMING_DERIVED = ("flop_rate", "bandwidth", "roof_share", "roof_fraction")
 #: Fields that say how a metric was measured: a change rewrites the entry whatever the values.
 IDENTITY_FIELDS = ("unit", "better", "kind", "method")
 _TIMING_KINDS = ("time", "throughput")
+#: Numbers about a timing measurement its entry keeps (read by :mod:`pytest_gpuperf.evidence`).
+MEASUREMENT_FACTS = ("sm_clock_mhz", "processes", "process_spread", "min_detectable_change", "noise_bound")
 
 Entries = dict[str, dict[str, dict[str, Any]]]
 
@@ -43,8 +45,13 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
     if metric.samples:
         entry["samples"] = spread_subset(list(metric.samples))
-    if metric.kind in _TIMING_KINDS and metric.extra.get("method"):
-        entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way
+    if metric.kind in _TIMING_KINDS:
+        if metric.extra.get("method"):
+            entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way
+        for key in MEASUREMENT_FACTS:  # the machine state and the noise between processes (judging's evidence)
+            value = metric.extra.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                entry[key] = value
     return entry
 
 

@@ -167,6 +167,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _close_all(session.config, graceful=not interrupted)
 
 
+def pytest_gpuperf_run_in_fresh_processes(item: pytest.Item, processes: int) -> list[list[Any]] | None:
+    """Run ``item`` again in fresh worker processes (replica pool); each successful run's metrics."""
+    from pytest_gpuperf.distributed.replicate import run_in_fresh_processes
+
+    runs = run_in_fresh_processes(item, processes)  # type: ignore[arg-type]
+    done = [run.metrics for run in runs if run.ok]
+    if not done and runs:
+        raise RuntimeError(f"no fresh process finished the test: {runs[0].status}: {runs[0].error[-300:]}")
+    return done
+
+
 def pytest_gpuperf_write_baselines(config: pytest.Config) -> bool | None:
     """On ranks other than 0 of an outer launch, write no baselines (rank 0 writes the world's)."""
     from pytest_gpuperf.distributed.env import outer_launch

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Order of test statuses in reports: what a reviewer must look at first comes first.
-STATUS_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded", "info")
+STATUS_ORDER = ("regression", "changed", "inconclusive", "improvement", "new", "unchanged", "recorded", "info")
 
 
 @dataclass

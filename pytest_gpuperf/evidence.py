@@ -1,0 +1,149 @@
+"""When the evidence cannot decide: the reasons a verdict becomes *inconclusive*, and what would make it decidable.
+
+A perf gate must neither fail unchanged code nor pass a regression, so when the machine
+cannot tell them apart the verdict says so instead of guessing:
+
+* the step never settled during warm-up (the timing loop's ``settled`` flag): its transient is not judged;
+* the GPU ran at another SM clock than when the baseline was recorded, or was throttled (NVML readings);
+* a change past the tolerance measured while the measuring thread waited for a CPU (the contention guard);
+* a change past the tolerance that the spread *between processes* recorded in the baseline can explain;
+* a confirmation in a fresh process that disagrees with the first measurement;
+* a bound class that changed while the step's FLOPs per byte did not: only its speed moved.
+
+Inconclusive passes with a visible warning unless ``--gpuperf-strict``. No rescaling of ratios happens here:
+the measured change is always the one shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuperf.results import KIND_CATEGORY, KIND_THROUGHPUT, KIND_TIME, Verdict
+from pytest_gpuperf.units import format_change
+
+#: An SM clock this much off the baseline's (relative) measures another machine.
+CLOCK_CHANGE = 0.03
+#: A contended run that reads more than this many times slower is still a regression (neighbours' load shares
+#: caches and memory bandwidth, it does not multiply a step's own time by more; an unsettled warm-up can).
+CONTENTION_LIMIT = 2.0
+#: Arithmetic intensities closer than this (relative) are the same step.
+SAME_INTENSITY = 0.01
+QUIETER = "run on a quieter runner"
+JUDGED = ("regression", "improvement", "unchanged")
+
+
+def _worse(verdict: Verdict) -> float | None:
+    ratio = verdict.ratio
+    if not isinstance(ratio, (int, float)) or ratio <= 0:
+        return None
+    return ratio if verdict.metric.better == "lower" else 1.0 / ratio
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+#: Doubts a fresh process can clear (its own run may settle and run uncontended) and those it cannot.
+CONDITIONS, MACHINE, SPREAD, CONFIRMATION, BOUND = "conditions", "machine", "spread", "confirmation", "bound"
+
+
+def timing_reason(verdict: Verdict, entry: dict[str, Any] | None) -> tuple[str, str] | None:
+    """Why a time/throughput verdict cannot be trusted: ``(doubt, reason with what would fix it)``, or None."""
+    metric = verdict.metric
+    if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
+        return None
+    extra = metric.extra
+    machine = machine_reason(extra, entry)
+    if machine:
+        return MACHINE, machine
+    if verdict.status == "unchanged":
+        return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
+    spread = _number((entry or {}).get("process_spread"))
+    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
+    if verdict.status == "regression" and spread is not None and spread > tolerance and worse is not None:
+        if worse - 1.0 <= spread + tolerance:  # another run cannot clear this one: checked before run conditions
+            return SPREAD, (
+                f"this test's spread between processes is {spread:.0%} here; a {tolerance:.0%} tolerance cannot be "
+                f"judged on this machine: raise time_tolerance or {QUIETER}"
+            )
+    conditions = conditions_reason(extra)
+    if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
+        return None  # far past what a busy machine does to the thread's own time: still decisive
+    return (CONDITIONS, conditions) if conditions else None
+
+
+def conditions_reason(extra: dict[str, Any]) -> str | None:
+    """An unsettled warm-up or a contended run (the timing loop's flags), or None."""
+    if extra.get("settled") is False:
+        calls, seconds = extra.get("warmup_calls", "?"), _number(extra.get("warmup_seconds"))
+        took = f"{calls} calls in {seconds:.2g} s" if seconds is not None else f"{calls} calls"
+        return (
+            f"the step never settled during warm-up ({took}: its times still trended), so its transient is not "
+            "judged; give it a longer budget (max_time) or make its first calls cheaper"
+        )
+    if extra.get("contended"):
+        share = _number(extra.get("contended_fraction")) or 0.0
+        pressure = _number(extra.get("cpu_pressure_avg10"))
+        load = f"; CPU pressure {pressure:.0f}%" if pressure is not None else ""
+        return f"{share:.0%} of the samples were taken while the measuring thread waited for a CPU{load}; {QUIETER}"
+    return None
+
+
+def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
+    """Another SM clock than the baseline's, or a throttled GPU (NVML readings), or None."""
+    run_clock, base_clock = _number(extra.get("sm_clock_mhz")), _number((entry or {}).get("sm_clock_mhz"))
+    if run_clock and base_clock and abs(run_clock / base_clock - 1.0) > CLOCK_CHANGE:
+        return (
+            f"the GPU's SM clock was {run_clock:.0f} MHz here but {base_clock:.0f} MHz when the baseline was recorded: "
+            "another machine state; lock the clocks or re-record on this runner"
+        )
+    if extra.get("throttled"):
+        return (
+            f"the GPU was throttled while measuring (clock events: {extra.get('clock_events') or '?'}); "
+            "let it cool down or check its power limit"
+        )
+    return None
+
+
+def disagreement_reason(first: Verdict, confirmation: Verdict, where: str = "a fresh process") -> str:
+    """The reason for an inconclusive verdict whose confirmation did not repeat the first measurement's finding."""
+    change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
+    return (
+        f"its confirmation in {where} measured {change} ({confirmation.status}): the process's own speed varies "
+        f"more than the {first.tolerance or 0:.0%} tolerance; raise time_tolerance, record with "
+        f"--gpuperf-processes N, or {QUIETER}"
+    )
+
+
+def bound_reason(verdict: Verdict, entries: dict[str, dict[str, Any]], intensity: Any) -> str | None:
+    """Why a changed bound class is only a speed effect (same FLOPs per byte as the baseline), or None."""
+    metric = verdict.metric
+    if metric.kind != KIND_CATEGORY or verdict.status != "changed" or not metric.name.endswith(".bound"):
+        return None
+    step = metric.name.rpartition(".")[0]
+    base = _number((entries.get(f"{step}.arithmetic_intensity") or {}).get("value"))
+    now = _number(intensity)
+    if base is None or now is None or base <= 0:
+        return None
+    if abs(now / base - 1.0) > SAME_INTENSITY:
+        return None
+    return (
+        f"the class changed ({verdict.baseline} -> {metric.value}) while the step's FLOPs per byte stayed "
+        f"{now:.3g}: only its speed moved, which the time verdict judges; {QUIETER} if it recurs"
+    )
+
+
+def inconclusive(verdict: Verdict, reason: str, doubt: str = CONFIRMATION) -> Verdict:
+    """``verdict`` turned inconclusive: same numbers (the ones measured and judged), the reason in its message."""
+    shown = verdict.message or verdict.metric.label()
+    return Verdict(
+        verdict.metric,
+        "inconclusive",
+        baseline=verdict.baseline,
+        ratio=verdict.ratio,
+        ci=verdict.ci,
+        tolerance=verdict.tolerance,
+        message=f"{shown}: inconclusive, {reason}",
+        suspected=verdict.suspected or verdict.status,
+        doubt=doubt,
+    )

@@ -1,0 +1,108 @@
+"""Evidence from several processes: baselines recorded over N fresh processes, regressions confirmed in a fresh one.
+
+Whole processes are fast or slow (memory layout, allocator state, autotuning): the same step's
+judged quantile in four fresh CPU processes read 4.85, 5.36, 19.3 and 5.22 ms. So
+
+* ``--gpuperf-update`` with ``--gpuperf-processes N`` measures the test in this process and in N-1
+  fresh ones, stores the median process's numbers and the **spread between processes**
+  (``process_spread``), and the **minimum detectable change** (:func:`~pytest_gpuperf.stats.min_detectable_change`);
+* a suspected time regression is measured again in a fresh process before it fails the test: a
+  confirmation that disagrees makes the verdict inconclusive (:mod:`pytest_gpuperf.evidence`).
+
+The processes themselves come from the ``pytest_gpuperf_run_in_fresh_processes`` hook (the distributed
+feature's worker pool); these functions only combine what they measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, process_spread
+from pytest_gpuperf.units import format_change
+
+#: Default processes per baseline under ``--gpuperf-update`` (``--gpuperf-processes 0``): host CPUs vary per process.
+CPU_PROCESSES = 3
+DEVICE_PROCESSES = 1
+
+
+def default_processes(host_cpu: bool) -> int:
+    """Processes a baseline is recorded from when the user did not say: 3 on a host CPU, 1 on a GPU."""
+    return CPU_PROCESSES if host_cpu else DEVICE_PROCESSES
+
+
+def is_timing(metric: Metric) -> bool:
+    """True for the numeric time/throughput metrics whose process-to-process noise is modelled."""
+    return metric.kind in (KIND_TIME, KIND_THROUGHPUT) and isinstance(metric.value, (int, float))
+
+
+def noise_facts(values: list[float], precision: float, tolerance: float) -> dict[str, float | int]:
+    """``process_spread``, ``processes``, ``min_detectable_change`` and ``noise_bound`` of one metric."""
+    sigma = log_sigma(values, precision)
+    processes = max(1, len(values))
+    return {
+        "processes": processes,
+        "process_spread": round(process_spread(values), 4),
+        "min_detectable_change": round(min_detectable_change(sigma, tolerance, processes), 4),
+        "noise_bound": round(noise_bound(sigma, processes), 4),
+    }
+
+
+def combine(main: Metric, others: list[Metric], tolerance: float) -> Metric:
+    """The metric a baseline stores from several processes: the median process's numbers plus the noise facts."""
+    every = [main, *[m for m in others if is_timing(m)]]
+    ordered = sorted(every, key=lambda m: float(m.value))
+    chosen = ordered[(len(ordered) - 1) // 2]
+    values = [float(m.value) for m in every]
+    precision = chosen.extra.get("precision")
+    facts = noise_facts(values, float(precision) if isinstance(precision, (int, float)) else 0.0, tolerance)
+    extra = {**chosen.extra, **facts, "process_values": ",".join(f"{v:.6g}" for v in values)}
+    return replace(chosen, samples=list(chosen.samples), judged=main.judged, tolerance=main.tolerance, extra=extra)
+
+
+def tolerance_warning(metric: Metric) -> str | None:
+    """A warning when the metric's tolerance is tighter than its recorded noise supports, else None."""
+    bound, tolerance = metric.extra.get("noise_bound"), metric.tolerance
+    if not isinstance(bound, (int, float)) or not isinstance(tolerance, (int, float)) or bound <= tolerance:
+        return None
+    spread = metric.extra.get("process_spread", 0.0)
+    mdc = metric.extra.get("min_detectable_change", 0.0)
+    return (
+        f"{metric.name}: tolerance {tolerance:.0%} is tighter than the noise supports here (spread between "
+        f"{metric.extra.get('processes', 1)} processes {spread:.0%}; unchanged code reaches +{bound:.0%} in 1 run "
+        f"of 20; the smallest slowdown caught with 95% power is {mdc:.0%}): raise time_tolerance to about "
+        f"{bound:.0%} or run on a quieter runner"
+    )
+
+
+def reconcile(first: Verdict, confirmation: Verdict | None, note: str = "", where: str = "a fresh process") -> Verdict:
+    """The verdict after a confirmation: agreeing keeps it, disagreeing makes it inconclusive."""
+    from pytest_gpuperf.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
+
+    if confirmation is None:
+        why = f" ({note})" if note else ""
+        return replace(first, message=f"{first.message}; not confirmed in {where}{why}")
+    suspected = first.suspected or first.status
+    change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
+    if confirmation.status != suspected:
+        return inconclusive(first, disagreement_reason(first, confirmation, where), CONFIRMATION)
+    if first.status == "inconclusive":  # the first run's conditions were doubtful: the confirmation must be clean
+        doubt = conditions_reason(confirmation.metric.extra)
+        if doubt:
+            return replace(first, message=f"{first.message}; {where} measured {change} but {doubt}")
+        return replace(
+            confirmation,
+            message=f"{confirmation.message}; confirmed in {where} after a doubtful first run ({first.message})",
+        )
+    return replace(first, message=f"{first.message}; confirmed in {where} ({change})")
+
+
+def can_replicate(item: Any) -> bool:
+    """True when a fresh process can run this test again (a feature implements the hook; module-level, local)."""
+    hook = item.config.hook.pytest_gpuperf_run_in_fresh_processes
+    return (
+        bool(hook.get_hookimpls())
+        and getattr(item, "cls", None) is None
+        and item.get_closest_marker("gpuperf_distributed") is None
+    )

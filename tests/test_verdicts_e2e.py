@@ -1,0 +1,90 @@
+"""Verdicts end to end on a deterministic step: a 20x slowdown fails after a fresh-process confirmation,
+noise the baseline recorded makes a slowdown inconclusive (a warning; a failure under --gpuperf-strict),
+and --gpuperf-processes records the spread between processes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+STEP = """
+import torch
+
+WORK = {work}
+
+def test_step(gpuperf):
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+
+    def step():
+        out = a
+        for _ in range(WORK):
+            out = torch.tanh(out @ a)
+        return out
+
+    gpuperf.measure(step, memory=False)
+"""
+NODE = "test_step.py::test_step[cpu]"
+
+
+def baseline(pytester: pytest.Pytester) -> tuple[Path, dict]:
+    [path] = (pytester.path / "baselines").glob("*.yaml")
+    return path, yaml.safe_load(path.read_text())
+
+
+def test_a_20x_slower_step_fails_after_a_fresh_process_confirms_it(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    pytester.makepyfile(test_step=STEP.format(work=20))
+    result = pytester.runpytest("--gpuperf", *fast_args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*time * > baseline *confirmed in a fresh process (+*"])
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    pytester.runpytest("--gpuperf", *fast_args).assert_outcomes(passed=1)
+
+
+def test_a_slowdown_within_the_recorded_spread_between_processes_is_inconclusive(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    path, doc = baseline(pytester)
+    doc["tests"][NODE]["step.time"]["process_spread"] = 9.0  # as if processes had differed 10x on this runner
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    pytester.makepyfile(test_step=STEP.format(work=4))  # 4x the work: past 25%, within 900% + 25%
+    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-json", "r.json", "--junitxml", "j.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*GpuperfWarning*spread between processes is 900% here; a 25% tolerance cannot be judged*",
+            "*inconclusive: *spread between processes is 900% here; a 25% tolerance cannot be judged*",
+        ]
+    )
+    doc = json.loads((pytester.path / "r.json").read_text())
+    [test] = doc["gpuperf"]["tests"]
+    assert next(m for m in test["metrics"] if m["metric"] == "step.time")["status"] == "inconclusive"
+    properties = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
+    assert "raise time_tolerance" in properties["gpuperf.step.time.inconclusive"]
+    strict = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*inconclusive*(--gpuperf-strict)*"])
+
+
+def test_processes_record_the_spread_between_processes_and_the_smallest_detectable_change(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    args = [a for a in fast_args]
+    args[args.index("--gpuperf-processes") + 1] = "3"
+    pytester.runpytest("--gpuperf-update", *args).assert_outcomes(passed=1)
+    _, doc = baseline(pytester)
+    entry = doc["tests"][NODE]["step.time"]
+    assert entry["processes"] == 3 and entry["process_spread"] >= 0.0
+    assert entry["min_detectable_change"] >= 0.25  # never below the tolerance it is judged at
+    result = pytester.runpytest("--gpuperf", *fast_args, "-rA")
+    result.assert_outcomes(passed=1)
