@@ -56,16 +56,18 @@ def timing_reason(verdict: Verdict, entry: dict[str, Any] | None) -> tuple[str, 
     machine = machine_reason(extra, entry)
     if machine:
         return MACHINE, machine
-    if verdict.status == "unchanged":
-        return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
     spread = _number((entry or {}).get("process_spread"))
     worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
-    if verdict.status == "regression" and spread is not None and spread > tolerance and worse is not None:
-        if worse - 1.0 <= spread + tolerance:  # another run cannot clear this one: checked before run conditions
+    if spread is not None and spread > tolerance and worse is not None:
+        # Whole processes differ by more than the tolerance: no verdict inside that band is evidence (an
+        # "unchanged" or "improved" run may be a slower step in a fast process). Another run cannot clear it.
+        if max(worse, 1.0 / worse) - 1.0 <= spread + tolerance:
             return SPREAD, (
                 f"this test's spread between processes is {spread:.0%} here; a {tolerance:.0%} tolerance cannot be "
                 f"judged on this machine: raise time_tolerance or {QUIETER}"
             )
+    if verdict.status == "unchanged":
+        return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
     conditions = conditions_reason(extra)
     if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
         return None  # far past what a busy machine does to the thread's own time: still decisive

@@ -64,6 +64,10 @@ def test_a_change_within_the_spread_between_processes_is_inconclusive_and_says_w
     assert "inconclusive" in warning and "--gpuperf-strict" in warning
     far = judge_one(tmp_path, time_metric(samples(1.6, 7)), base)[0]  # +60% is past spread + tolerance
     assert far.status == "regression"
+    for center in (1.0, 0.85):  # "unchanged" or "improved" inside that band is no evidence either
+        assert judge_one(tmp_path, time_metric(samples(center, 8)), base)[0].status == "inconclusive"
+    calm = entry(samples(1.0, 5), process_spread=0.03, processes=3)  # processes agree: the gate decides
+    assert judge_one(tmp_path, time_metric(samples(1.0, 8)), calm)[0].status == "unchanged"
 
 
 def test_strict_fails_an_inconclusive_verdict(tmp_path: Path) -> None:

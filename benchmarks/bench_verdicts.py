@@ -1,0 +1,223 @@
+"""Verdicts users can trust (issue 14): false failures on unchanged code, detection of real slowdowns, decisiveness.
+
+Writes a perf-test project to a temporary directory, records its baselines once with the plugin's
+defaults (``--gpuperf-update``), then runs fresh pytest processes against them: unchanged code
+(every failure is a false failure) and code slowed by real extra work in the same kernels
+(``BENCH_SCALE``: a GEMM's inner dimension 4096 -> 4512 is +10%, an elementwise op over 10% more
+elements, ...). Each run's time verdict per workload is read from the JSON report: ``regression``
+(caught), ``inconclusive`` (passes with a warning; counts as not passed-as-unchanged), or a pass.
+
+    python benchmarks/bench_verdicts.py --device cpu                  # 2-thread allocation-heavy CPU step
+    python benchmarks/bench_verdicts.py --device cuda --verify        # H200: 4 workloads, do_bench check first
+
+``--verify`` (CUDA) times every workload at each scale with ``triton.testing.do_bench`` and lists the
+kernel names per scale (torch.profiler), so a claimed +10% is checked to be +10% of the same kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKLOADS = r'''
+"""Workloads of bench_verdicts.py; BENCH_SCALE multiplies the work in the same kernels."""
+import os
+
+import torch
+
+from perf_tests.models import GPU_TEST_CONFIG, MiniLLM, make_batch, train_step_fn
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
+CUDA = os.environ.get("BENCH_DEVICE") == "cuda"
+if not CUDA:
+    torch.set_num_threads(2)  # written as most user code is: the default threads of a 2-core runner
+
+
+def _randn(*shape, dtype=torch.float32, device="cpu", seed=0):
+    gen = torch.Generator(device=str(device)).manual_seed(seed)
+    return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+
+
+def _mult8(value):
+    return int(round(value / 8)) * 8  # shapes that keep tensor-core kernels (K a multiple of 8)
+
+
+def build(name, device):
+    """The step of workload ``name`` at BENCH_SCALE on ``device``."""
+    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K 4096 -> 4512 is +10% FLOPs in the same kernel
+        k = _mult8(4096 * SCALE)
+        a = _randn(4096, k, dtype=torch.bfloat16, device=device)
+        b = _randn(k, 4096, dtype=torch.bfloat16, device=device, seed=1)
+        return lambda: a @ b
+    if name == "elementwise":  # bf16 add over 2^27 elements (+10%: 10% more elements)
+        n = int(2**27 * SCALE)
+        x, y = _randn(n, dtype=torch.bfloat16, device=device), _randn(n, dtype=torch.bfloat16, device=device, seed=1)
+        return lambda: x + y
+    if name == "linear":  # the seed's Linear(4096, 4096) fp16 forward + backward, batch 1024 scaled
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(4096, 4096).to(device, torch.float16)
+        x = _randn(_mult8(1024 * SCALE), 4096, dtype=torch.float16, device=device).requires_grad_(True)
+
+        def step():
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            y = layer(x)
+            y.sum().backward()
+            return y
+
+        return step
+    if name == "minillm":  # the MiniLLM training step (4 layers, batch 8), sequence length scaled
+        from dataclasses import replace
+
+        cfg = replace(GPU_TEST_CONFIG, seq=_mult8(GPU_TEST_CONFIG.seq * SCALE))
+        torch.manual_seed(0)
+        model = MiniLLM(cfg).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        inputs, targets = make_batch(cfg, device)
+        base = train_step_fn(model, opt, inputs, targets)
+
+        def step():
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                return base()
+
+        return step
+    if name == "cpu_alloc":  # allocation-heavy elementwise chain, fresh outputs every op (1.5x: 1.5x the elements)
+        x = _randn(int(2**19 * SCALE), device=device)
+        return lambda: ((x * 2.0 + 1.0).relu() * x - x.sin()).sum()
+    raise KeyError(name)
+'''
+
+TESTS = r"""
+import pytest
+
+from bench_workloads import build
+
+NAMES = {names!r}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_workload(gpuperf, name):
+    gpuperf.measure(build(name, gpuperf.device), memory=False)
+"""
+
+GPU_NAMES = ["gemm", "elementwise", "linear", "minillm"]
+CPU_NAMES = ["cpu_alloc"]
+
+
+def run_pytest(project: Path, device: str, scale: float, args: list[str], report: Path) -> dict[str, str]:
+    """One fresh pytest process; the time verdict of each workload (``missing`` when none was reported)."""
+    env = {**os.environ, "BENCH_SCALE": str(scale), "BENCH_DEVICE": device, "PYTHONPATH": f"{project}:{ROOT}"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--gpuperf"]
+    command += ["--gpuperf-backend", device, "--gpuperf-json", str(report), *args, "test_bench.py"]
+    subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900, check=False)
+    out: dict[str, str] = {}
+    if not report.exists():
+        return out
+    for test in json.loads(report.read_text())["gpuperf"]["tests"]:
+        parts = test["nodeid"].rpartition("[")[2].rstrip("]").split("-")
+        name = next((part for part in parts if part in GPU_NAMES + CPU_NAMES), "?")
+        statuses = {m["metric"]: m["status"] for m in test["metrics"]}
+        out[name] = statuses.get("step.time", "missing")
+        if test.get("outcome") == "failed" and out[name] not in ("regression", "inconclusive"):
+            out[name] = "failed:" + ",".join(sorted(s for s in statuses.values() if s in ("regression", "changed")))
+    return out
+
+
+def verify(names: list[str], scales: list[float]) -> None:
+    """do_bench time and kernel names of each workload at each scale (CUDA)."""
+    import torch
+    import triton.testing
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path[:0] = [str(ROOT)]
+    base_ms: dict[str, float] = {}
+    print(f"{'workload':12} {'scale':>6} {'do_bench ms':>12} {'vs 1.0':>8}  kernels (same as 1.0?)")
+    kernels0: dict[str, set[str]] = {}
+    for name in names:
+        for scale in scales:
+            os.environ["BENCH_SCALE"] = str(scale)
+            import importlib
+
+            import bench_workloads
+
+            importlib.reload(bench_workloads)
+            step = bench_workloads.build(name, torch.device("cuda"))
+            ms = triton.testing.do_bench(step, warmup=100, rep=400)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step()
+                torch.cuda.synchronize()
+            kernels = {e.key for e in prof.key_averages() if e.device_type.name == "CUDA"}
+            base_ms.setdefault(name, ms)
+            kernels0.setdefault(name, kernels)
+            same = "same" if kernels == kernels0[name] else f"DIFFERENT: {sorted(kernels ^ kernels0[name])[:3]}"
+            print(f"{name:12} {scale:6.3f} {ms:12.4f} {ms / base_ms[name] - 1:+8.1%}  {len(kernels)} kernels, {same}")
+            del step
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--unchanged", type=int, default=None, help="unchanged runs (pytest processes)")
+    parser.add_argument("--slowed", type=int, default=None, help="runs per slowdown (pytest processes)")
+    parser.add_argument("--verify", action="store_true", help="CUDA: do_bench + kernel names per scale first")
+    parser.add_argument("--out", type=Path, default=None, help="JSON lines of every observation")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
+    opts = parser.parse_args()
+    cuda = opts.device == "cuda"
+    names = GPU_NAMES if cuda else CPU_NAMES
+    unchanged = opts.unchanged or (10 if cuda else 20)
+    slowed = opts.slowed or (6 if cuda else 10)
+    scales = [1.10, 1.05] if cuda else [1.5]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-verdicts-") as tmp:
+        project = Path(tmp)
+        (project / "bench_workloads.py").write_text(WORKLOADS)
+        (project / "test_bench.py").write_text(TESTS.format(names=names))
+        if cuda and opts.verify:
+            sys.path.insert(0, str(project))
+            verify(names, [1.0, *scales])
+        env = {**os.environ, "BENCH_SCALE": "1.0", "BENCH_DEVICE": opts.device, "PYTHONPATH": f"{project}:{ROOT}"}
+        record = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        record += ["--gpuperf-update", "--gpuperf-backend", opts.device, *opts.pytest_args, "test_bench.py"]
+        done = subprocess.run(record, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        print(f"recorded baselines in {time.perf_counter() - started:.0f} s (rc {done.returncode})", flush=True)
+        plan = [(1.0, unchanged), *[(s, slowed) for s in scales]]
+        outcomes: dict[tuple[str, float], Counter[str]] = defaultdict(Counter)
+        rows = []
+        for scale, runs in plan:
+            for i in range(runs):
+                report = project / f"r-{scale}-{i}.json"
+                result = run_pytest(project, opts.device, scale, list(opts.pytest_args), report)
+                for name in names:
+                    status = result.get(name, "missing")
+                    outcomes[(name, scale)][status] += 1
+                    rows.append({"workload": name, "scale": scale, "run": i, "status": status})
+                print(f"  scale {scale:.2f} run {i + 1}/{runs}: {result}", flush=True)
+        if opts.out:
+            opts.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print()
+    print(f"{'workload':12} {'work':>6} {'runs':>5} {'failed':>7} {'inconcl.':>9} {'passed':>7} {'decisive':>9}")
+    for (name, scale), counts in sorted(outcomes.items()):
+        runs = sum(counts.values())
+        failed = sum(v for k, v in counts.items() if k == "regression" or k.startswith("failed"))
+        inconclusive = counts.get("inconclusive", 0)
+        passed = runs - failed - inconclusive
+        print(
+            f"{name:12} {scale:6.2f} {runs:5d} {failed:7d} {inconclusive:9d} {passed:7d} "
+            f"{(runs - inconclusive) / runs:9.0%}"
+        )
+    print(f"total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
