@@ -101,6 +101,8 @@ def reconcile(first: Verdict, confirmation: Verdict | None, note: str = "", wher
 def can_replicate(item: Any) -> bool:
     """True when a fresh process can run this test again (a feature implements the hook; module-level, local)."""
     hook = item.config.hook.pytest_gpuperf_run_in_fresh_processes
+    if item.config.getoption("gpuperf_ab", default=None):
+        return False  # an A/B run judges its own paired worker processes
     return (
         bool(hook.get_hookimpls())
         and getattr(item, "cls", None) is None

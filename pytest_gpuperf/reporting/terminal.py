@@ -139,6 +139,10 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
             improved.append(node_id)
         if any((v.get("extra") or {}).get("budget_exhausted") for v in verdicts):
             budget.append(node_id)
+    for node_id, _, verdicts in reported:  # why the machine could not decide, and what would
+        for verdict in verdicts:
+            if verdict["status"] == "inconclusive":
+                tr.write_line(f"inconclusive: {node_id}: {verdict.get('message', '')}", yellow=True)
     if budget:
         tr.write_line(
             f"note: the time budget ran out before the target precision in {len(budget)} test(s) "
