@@ -5,9 +5,10 @@ Parent (default): for each op, the analytic verdict the plugin gives (one count 
 with CUDA events; then ONE ncu child process (this script with ``--child``) that runs
 every op once in its own capture window (a marker kernel, then the op, between
 ``cudaProfilerStart/Stop``), parsed with the plugin's ncu parser and window splitter, and
-classified with its Speed-of-Light rules. Prints the table (analytic next to ncu, with the
-agreement count) and how the agreement moves with the latency line; writes
-``roofline_calib.md`` and ``roofline_calib.json`` to ``--out``::
+classified with its Speed-of-Light rules. Prints the measured roofs (DRAM and L2 per pattern),
+the table (analytic next to ncu, the roof each share is taken against, the agreement count)
+and how the agreement moves with the latency line (``gpu/roofline_sweep.py`` re-runs that
+part offline from the JSON); writes ``roofline_calib.md`` and ``roofline_calib.json`` to ``--out``::
 
     python gpu/roofline_calib.py --out /tmp/out
 
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from roofline_sweep import sweep_lines, table
 
 Step = Callable[[], object]
 
@@ -139,12 +141,12 @@ def _time(step: Step, min_seconds: float = 0.05) -> float:
     return samples[len(samples) // 2]
 
 
-def analytic(names: list[str]) -> dict[str, dict[str, object]]:
-    """The plugin's analytic verdict of each op, against this GPU's measured roofs."""
+def analytic(names: list[str]) -> tuple[dict[str, dict[str, object]], dict[str, object]]:
+    """The plugin's analytic verdict of each op against this GPU's measured roofs; and those roofs."""
     from pytest_gpuperf.backends import get_backend
     from pytest_gpuperf.profiling.counting import count_step
     from pytest_gpuperf.profiling.roofline import classify
-    from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
+    from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore, cache_key
 
     backend = get_backend("cuda")
     fingerprint = backend.fingerprint() | {"world_size": 1}
@@ -160,11 +162,17 @@ def analytic(names: list[str]) -> dict[str, dict[str, object]]:
             level = "compute" if line.compute_share >= line.bandwidth_share else line.level
             refreshed = provider.refresh(backend, fingerprint, count.dtype, level)
             line = classify(count.flops, count.bytes, seconds, refreshed or roofs, working_set=count.working_set)
-        rows[name] = {**line.as_extra(), "bound": line.bound, "dtype_class": roofs.dtype_class}
+        rows[name] = {
+            **line.as_extra(),
+            "bound": line.bound,
+            "dtype_class": roofs.dtype_class,
+            "cache_bandwidth": roofs.cache_bandwidth,
+            "cache_bytes": roofs.cache_bytes,
+        }
         print(f"analytic {name}: {line.explain()}", flush=True)
         del step
         torch.cuda.empty_cache()
-    return rows
+    return rows, dict(provider.store.load(cache_key(fingerprint)) or {})
 
 
 def child(names: list[str], manifest: Path) -> None:
@@ -220,52 +228,21 @@ def ncu(names: list[str], out: Path, timeout: float) -> tuple[dict[str, dict[str
     return rows, wall
 
 
-def agreement_sweep(a: dict[str, dict[str, object]], n: dict[str, dict[str, object]]) -> list[tuple[float, int]]:
-    """Agreements with ncu if the latency line were elsewhere (same counts, times and roofs)."""
-    from pytest_gpuperf.profiling.roofline import Roofs, classify
-
-    sweep = []
-    for share in (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6):
-        agree = 0
-        for name, row in a.items():
-            if name not in n:
-                continue
-            roofs = Roofs(float(row["peak_flops"]), float(row["peak_bandwidth"]))  # type: ignore[arg-type]
-            line = classify(float(row["flops"]), float(row["bytes"]), float(row["seconds"]), roofs, share)  # type: ignore[arg-type]
-            agree += line.bound == n[name]["bound"]
-        sweep.append((share, agree))
-    return sweep
-
-
-def table(a: dict[str, dict[str, object]], n: dict[str, dict[str, object]]) -> list[str]:
-    """The Markdown table: analytic next to ncu per op, and the agreement count."""
-    lines = [
-        "| op | time (us) | ncu kernels (us) | AI (FLOP/B) | roof | roof share | analytic | SM % | memory % | DRAM % "
-        "| ncu | agree |",
-        "| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- |",
-    ]
-    agree = 0
-    for name, row in a.items():
-        got = n.get(name)
-        share = "over 100% (counting error)" if row["over_roof"] else f"{float(row['roof_share']):.0%}"  # type: ignore[arg-type]
-        same = got is not None and got["bound"] == row["bound"]
-        agree += same
-        ncu_cells = (
-            f"{float(got['kernel_seconds']) * 1e6:.1f} | "  # type: ignore[arg-type]
-            if got
-            else "- | "
-        )
+def roofs_lines(entry: dict[str, object]) -> list[str]:
+    """The measured roofs of the run: DRAM and cache bandwidth per pattern, the cache size, the compute peaks."""
+    lines = []
+    for what in ("dram", "cache"):
+        got = entry.get(what)
+        if not isinstance(got, dict):
+            lines.append(f"- {what}: not measured")
+            continue
+        patterns = ", ".join(f"{k} {float(v) / 1e12:.3g}" for k, v in dict(got.get("patterns") or {}).items())
+        size = f" (cache {float(got['cache_bytes']) / 2**20:.0f} MiB)" if got.get("cache_bytes") else ""
         lines.append(
-            f"| {name} | {float(row['seconds']) * 1e6:.1f} | {ncu_cells}{float(row['arithmetic_intensity']):.3g} | "  # type: ignore[arg-type]
-            f"{row['roof_level']} | {share} | {row['bound']} | "
-            + (
-                f"{float(got['sm_pct']):.1f} | {float(got['memory_pct']):.1f} | {float(got['dram_pct']):.1f} | "  # type: ignore[arg-type]
-                f"{got['bound']} ({got['rule']}) | {'yes' if same else '**no**'} |"
-                if got
-                else "- | - | - | - | - |"
-            )
+            f"- {what}{size}: **{float(got['bandwidth']) / 1e12:.3g} TB/s** ({got.get('pattern')}; {patterns})"
         )
-    lines.append(f"\nAgreement: **{agree} of {sum(1 for k in a if k in n)}** ops.")
+    for cls, got in dict(entry.get("compute") or {}).items():
+        lines.append(f"- compute {cls}: {float(got['peak_flops']) / 1e12:.3g} TFLOP/s")
     return lines
 
 
@@ -276,24 +253,28 @@ def main() -> int:
     parser.add_argument("--ops", nargs="*", default=None, help="op names (default: all)")
     parser.add_argument("--no-ncu", action="store_true", help="analytic verdicts only")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--timeout", type=float, default=420.0, help="seconds for the one ncu child")
+    parser.add_argument("--timeout", type=float, default=100.0, help="seconds for the one ncu child")
     args = parser.parse_args()
     names = args.ops or list(_ops())
     if args.child is not None:
         child(names, args.child)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    a = analytic(names)
+    started = time.perf_counter()
+    a, entry = analytic(names)
+    analytic_wall = time.perf_counter() - started
     n, wall = ({}, 0.0) if args.no_ncu else ncu(names, args.out, args.timeout)
-    lines = table(a, n)
+    data = {"analytic": a, "ncu": n, "ncu_wall_s": wall, "analytic_wall_s": analytic_wall, "roofs": entry}
+    (args.out / "roofline_calib.json").write_text(json.dumps(data, indent=1))
+    lines = ["Measured roofs:", *roofs_lines(entry), "", *table(a, n)]
     if n:
-        sweep = agreement_sweep(a, n)
-        lines.append("\nAgreement if the latency line were at: " + ", ".join(f"{s:.0%}: {c}" for s, c in sweep))
-        lines.append(f"\nOne ncu process for all {len(names)} ops: {wall:.1f} s wall.")
+        lines += ["", "Agreement at other latency lines (same counts, times and roofs):", "", *sweep_lines(data)]
+        lines.append(
+            f"\nAnalytic half: {analytic_wall:.1f} s; one ncu process for all {len(names)} ops: {wall:.1f} s wall."
+        )
     text = "\n".join(lines)
     print(text)
     (args.out / "roofline_calib.md").write_text(text + "\n")
-    (args.out / "roofline_calib.json").write_text(json.dumps({"analytic": a, "ncu": n, "ncu_wall_s": wall}, indent=1))
     return 0
 
 

@@ -11,12 +11,15 @@ import torch
 from pytest_gpuperf.backends.cpu import CpuBackend
 from pytest_gpuperf.profiling.roofline import (
     COMPUTE_BOUND,
+    DEFAULT_LATENCY_SHARE,
     HOST_BOUND,
+    HOST_CPU_LATENCY_SHARE,
     HYSTERESIS,
     LATENCY_BOUND,
     MEMORY_BOUND,
     Roofs,
     classify,
+    default_latency_share,
     device_busy_share,
     normalize_bound,
 )
@@ -59,7 +62,7 @@ def test_low_intensity_near_the_bandwidth_roof_is_memory_bound() -> None:
     assert line.arithmetic_intensity < line.ridge_point
     assert line.bandwidth_share == pytest.approx(3 * elements * 2 / 0.3626e-3 / W)
     assert line.bound == MEMORY_BOUND
-    norm = roofline(0, 4 * 16384 * 4096 * 2, 0.25e-3, P, W)  # no FLOPs counted: intensity 0
+    norm = roofline(0, 4 * 16384 * 4096 * 2, 0.15e-3, P, W)  # no FLOPs counted: intensity 0
     assert norm.arithmetic_intensity == 0.0 and norm.bound == MEMORY_BOUND
 
 
@@ -69,14 +72,30 @@ def test_a_step_reaching_neither_roof_is_latency_bound_and_the_threshold_is_conf
     share = roofline(2 * 8192**3, 3 * 8192**2 * 2, 5e-3, P, W).roof_share  # about 28% of the roof
     assert roofline(2 * 8192**3, 3 * 8192**2 * 2, 5e-3, P, W, latency_share=0.3).bound == LATENCY_BOUND
     assert roofline(2 * 8192**3, 3 * 8192**2 * 2, 5e-3, P, W, latency_share=share / 2).bound == COMPUTE_BOUND
-    assert "latency-bound below 30%" in roofline(1, 1, 1, P, W).explain()
+    assert "latency-bound below 66%" in roofline(1, 1, 1, P, W).explain()
+
+
+def test_the_latency_line_is_ncus_60_percent_of_peak_on_gpus_and_30_percent_on_host_cpus() -> None:
+    # ncu's 60% of its DRAM peak (~4.83 TB/s on the H200) over our best-pattern roof (~4.37 TB/s): 66%
+    assert DEFAULT_LATENCY_SHARE == pytest.approx(0.60 * 4.83 / 4.37, abs=0.01)
+    assert default_latency_share(host_cpu=False) == DEFAULT_LATENCY_SHARE == 0.66
+    assert default_latency_share(host_cpu=True) == HOST_CPU_LATENCY_SHARE == 0.3
+    # the H200's small batched bmm (62% of the copy roof): ncu calls it latency-bound, and so does the GPU line
+    bmm = dict(flops=2147483648.0, nbytes=100663296.0, seconds=3.814747799997744e-05)
+    roofs = Roofs(801966891936134.4, 4232075185186.6606)
+    assert classify(bmm["flops"], bmm["nbytes"], bmm["seconds"], roofs).bound == LATENCY_BOUND
+    assert classify(bmm["flops"], bmm["nbytes"], bmm["seconds"], roofs, HOST_CPU_LATENCY_SHARE).bound == MEMORY_BOUND
 
 
 def test_noise_near_a_boundary_keeps_the_baseline_class_but_a_clear_change_does_not() -> None:
     flops, nbytes = 2 * 8192**3, 3 * 8192**2 * 2
-    seconds_at_threshold = flops / (0.3 * P)
+    seconds_at_threshold = flops / (DEFAULT_LATENCY_SHARE * P)
     just_below = roofline(flops, nbytes, seconds_at_threshold * 1.1, P, W, baseline_bound=COMPUTE_BOUND)
-    assert just_below.roof_share < 0.3 and just_below.bound == COMPUTE_BOUND and just_below.kept_from_baseline
+    assert (
+        just_below.roof_share < DEFAULT_LATENCY_SHARE
+        and just_below.bound == COMPUTE_BOUND
+        and just_below.kept_from_baseline
+    )
     assert "baseline's class is kept" in just_below.explain()
     far_below = roofline(
         flops, nbytes, seconds_at_threshold * (1 + HYSTERESIS) * 1.2, P, W, baseline_bound=COMPUTE_BOUND

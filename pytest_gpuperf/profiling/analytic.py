@@ -69,11 +69,17 @@ def analytic_verdict(
     context: MeasureContext,
     provider: RoofProvider,
     fingerprint: dict[str, Any],
-    latency_share: float,
+    latency_share: float | None,
     baseline_bound: str | None,
 ) -> AnalyticResult:
     """Count the step once, classify it against the device's roofs, and build its metrics."""
-    from pytest_gpuperf.profiling.roofline import HOST_CPU_HYSTERESIS, HYSTERESIS, classify, device_busy_share
+    from pytest_gpuperf.profiling.roofline import (
+        HOST_CPU_HYSTERESIS,
+        HYSTERESIS,
+        classify,
+        default_latency_share,
+        device_busy_share,
+    )
 
     count, note = count_for(context)
     if count is None:
@@ -88,6 +94,7 @@ def analytic_verdict(
         return AnalyticResult(count, None, [], why)
     timing = context.timing
     busy = None if backend.is_host_cpu() else device_busy_share(timing)
+    line_share = default_latency_share(backend.is_host_cpu()) if latency_share is None else latency_share
 
     def judge(current: Any) -> Roofline:
         return classify(
@@ -95,7 +102,7 @@ def analytic_verdict(
             count.bytes,
             step_seconds(timing),
             current,
-            latency_share,
+            line_share,
             baseline_bound,
             # A host-CPU device's speed swings up to 2x with its neighbours' load: there the band is a factor of 2.
             HOST_CPU_HYSTERESIS if backend.is_host_cpu() else HYSTERESIS,

@@ -35,7 +35,7 @@ class ProfilingSettings:
     profile: bool
     ncu: bool
     artifacts_dir: Path
-    latency_share: float
+    latency_share: float | None
     ncu_timeout: float
     rootdir: Path
     xdist: bool

@@ -43,10 +43,11 @@ OPTIONS: list[tuple[Any, ...]] = [
     ),
     (
         "--gpuperf-latency-share",
-        "float",
-        0.3,
-        "a step below this share of its roof is latency-bound (0.3 = 30%)",
-        {"maximum": 1},
+        "str",
+        "auto",
+        "a step below this share of its roof is latency-bound: 0..1, or auto (0.66 on GPUs, calibrated against "
+        "ncu; 0.3 on host CPUs)",
+        {"metavar": "SHARE"},
     ),
     ("--gpuperf-recalibrate", "bool", False, "measure the device's peak FLOP/s and bandwidth again (ignore the cache)"),
     (
@@ -62,6 +63,21 @@ MARKERS = (
     "gpuperf_ncu: re-run this perf test's steps under Nsight Compute and record its Speed-of-Light verdict",
 )
 EXTENSION_KEY = pytest.StashKey["ProfilingExtension"]()
+
+
+def latency_share_option(text: str) -> float | None:
+    """``--gpuperf-latency-share``: ``auto`` -> None (each device's calibrated default), else a share in 0..1."""
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        share = float(text)
+    except ValueError:
+        share = float("nan")
+    if not 0.0 <= share <= 1.0:  # also NaN
+        raise pytest.UsageError(
+            f"--gpuperf-latency-share / gpuperf_latency_share: expected auto or a share in 0..1, got {text!r}"
+        )
+    return share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,9 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     artifacts = Path(get_option(config, "--gpuperf-artifacts"))
     if not artifacts.is_absolute():
         artifacts = config.rootpath / artifacts
-    share = get_option(config, "--gpuperf-latency-share")
-    if not 0.0 <= share <= 1.0:
-        raise pytest.UsageError(f"--gpuperf-latency-share / gpuperf_latency_share: expected 0..1, got {share}")
+    share = latency_share_option(get_option(config, "--gpuperf-latency-share"))
     settings = ProfilingSettings(
         profile=get_option(config, "--gpuperf-profile"),
         ncu=get_option(config, "--gpuperf-ncu"),
