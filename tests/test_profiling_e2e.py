@@ -236,3 +236,7 @@ def test_a_share_above_the_roof_is_flagged_as_a_counting_error_in_the_report(
     assert "counting error: the counted bytes give" in text and "pass measure(bytes_moved=...)" in text
     assert "counting error (>100%)" in text  # the roof_share row of the metric table
     assert "re-measured after a step beat it" in text  # the roof was measured again before the flag
+    recorded = project.runpytest("--gpuperf-update", *fast_args, "test_overcounted.py")
+    recorded.assert_outcomes(passed=1)  # a flagged share is recorded as a word, not refused as a number
+    entry = recorded_metrics(project, "test_overcounted.py::test_overcounted[cpu]")["step.roof_share"]
+    assert entry["value"] == "counting error (>100%)" and entry["kind"] == "category"

@@ -135,9 +135,11 @@ def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -
     }
     if roofs.cache_bandwidth and roofs.cache_bytes:
         extra.update(cache_bandwidth=roofs.cache_bandwidth, cache_bytes=roofs.cache_bytes, cache_name=roofs.cache_name)
-    share: float | str = line.roof_share
-    if line.over_roof:  # never shown as a fact
-        share = "counting error (>100%)"
+    share_metric = Metric(f"{name}.roof_share", line.roof_share, "", "higher", KIND_CUSTOM, judged=False, extra=extra)
+    if line.over_roof:  # never shown as a fact; a word is a category (a baseline keeps no number for it)
+        share_metric = Metric(
+            f"{name}.roof_share", "counting error (>100%)", "", "equal", KIND_CATEGORY, judged=False, extra=extra
+        )
     return [
         Metric(f"{name}.bound", line.bound, "", "equal", KIND_CATEGORY, extra=extra),
         Metric(
@@ -149,5 +151,5 @@ def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -
             judged=False,
             extra={"ridge_point": line.ridge_point},
         ),
-        Metric(f"{name}.roof_share", share, "", "higher", KIND_CUSTOM, judged=False, extra=extra),
+        share_metric,
     ]
