@@ -5,12 +5,14 @@
 #  2. benchmarks/bench_ab.py --device cuda: a scratch git repository whose perf test calls mylib.gemm; per run
 #     and case (unchanged, slower = K 4512, faster = K 3264) one `pytest --gpuperf --gpuperf-ab HEAD` (no baseline
 #     file; 2-4 worker processes per side), with the cost per test of both sides' workers. RUNS (default 4) runs
-#     per case, cases interleaved, no new run after 400 s. MODES=ab,stored adds stored-baseline runs next to them.
+#     per case, cases interleaved, no new run after 400 s. MODES=ab,stored adds stored-baseline runs next to them;
+#     CASES=unchanged,slower spends a second call on the two cases the gate must get right.
 # Results: $OUT/ab/ (log, observations JSON, do_bench table).
 source gpu/setup.sh
 OUT=${OUT:-/tmp/out}
 RUNS=${RUNS:-4}
 MODES=${MODES:-ab}
+CASES=${CASES:-unchanged,slower,faster}
 mkdir -p $OUT/ab
 nvidia-smi --query-gpu=name,clocks.sm,clocks_event_reasons.active,temperature.gpu --format=csv 2>&1 | tee $OUT/ab/nvidia-smi.txt
 timeout 60 python3 - <<'PY' 2>&1 | grep -v USDT | tee $OUT/ab/do_bench.txt
@@ -28,6 +30,6 @@ for k in (4512, 3264):
     ms = gemm_ms(k)
     print(f"do_bench K={k}: {ms * 1e3:.1f} us, {(ms / base - 1) * 100:+.1f}% vs K=4096 (FLOPs {(k / 4096 - 1) * 100:+.1f}%)")
 PY
-timeout 540 python3 benchmarks/bench_ab.py --device cuda --runs $RUNS --modes $MODES --deadline 400 \
+timeout 540 python3 benchmarks/bench_ab.py --device cuda --runs $RUNS --modes $MODES --cases $CASES --deadline 400 \
   --out $OUT/ab/observations.json \
   2>&1 | grep -v USDT | tee $OUT/ab/bench_ab.log | tail -n 12
