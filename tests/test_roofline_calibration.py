@@ -39,14 +39,15 @@ def test_the_dram_roof_is_the_best_of_copy_add_and_sum_each_the_best_of_its_trie
 
 
 def test_each_pattern_counts_the_bytes_it_really_moves() -> None:
-    backend = CpuBackend()
     size = 4096 * 4
+    src = roofs_module._random(CpuBackend(), size, 8)
+    assert src.numel() == 4096 and bool((src != 0).all())  # never all zeros
     for name, moved in (("copy", 2 * size), ("add", 3 * size), ("sum", size)):
-        step, counted = roofs_module._pattern(backend, name, size)
+        step, counted = roofs_module._pattern(name, src)
         step()
         assert counted == moved
     with pytest.raises(ValueError, match="unknown bandwidth pattern"):
-        roofs_module._pattern(backend, "triad4", size)
+        roofs_module._pattern("triad4", src)
 
 
 def test_the_cache_roof_takes_the_best_pattern_and_size_and_a_cpu_launches_instead_of_graphing(monkeypatch) -> None:

@@ -113,17 +113,16 @@ def _random(backend: Backend, nbytes: int, seed: int) -> Any:
     return torch.randn(max(1, nbytes // 4), generator=gen).to(backend.device())
 
 
-def _pattern(backend: Backend, name: str, nbytes: int) -> tuple[Callable[[], object], float]:
-    """The step of one streaming pattern over tensors of ``nbytes`` each, and the bytes one call moves."""
+def _pattern(name: str, src: Any) -> tuple[Callable[[], object], float]:
+    """The step of one streaming pattern over ``src`` (and tensors like it), and the bytes one call moves."""
     import torch
 
-    src = _random(backend, nbytes, 8)
-    size = src.numel() * 4
+    size = src.numel() * src.element_size()
     if name == "copy":
         dst = torch.empty_like(src)
         return (lambda: dst.copy_(src)), 2.0 * size
     if name == "add":
-        other, out = _random(backend, nbytes, 9), torch.empty_like(src)
+        other, out = src + 1.0, torch.empty_like(src)  # random too, without a second slow randn
         return (lambda: torch.add(src, other, out=out)), 3.0 * size
     if name == "sum":
         return (lambda: src.sum()), float(size)
@@ -170,8 +169,9 @@ def best_bandwidth(
     one CUDA graph instead of launching them (CUDA only; falls back to launching).
     """
     rates: dict[str, float] = {}
+    src = _random(backend, nbytes, 8)  # one random source for every pattern (randn of 1 GiB is slow)
     for name in patterns:
-        fn, moved = _pattern(backend, name, nbytes)
+        fn, moved = _pattern(name, src)
         seconds = None
         if graph and backend.name == "cuda":
             try:
