@@ -263,7 +263,11 @@ def main() -> int:
     started = time.perf_counter()
     a, entry = analytic(names)
     analytic_wall = time.perf_counter() - started
-    n, wall = ({}, 0.0) if args.no_ncu else ncu(names, args.out, args.timeout)
+    try:
+        n, wall = ({}, 0.0) if args.no_ncu else ncu(names, args.out, args.timeout)
+    except subprocess.TimeoutExpired:  # keep the analytic half: the table shows it without ncu's columns
+        print(f"the ncu child ran past --timeout {args.timeout:.0f} s: no ncu verdicts", flush=True)
+        n, wall = {}, float(args.timeout)
     data = {"analytic": a, "ncu": n, "ncu_wall_s": wall, "analytic_wall_s": analytic_wall, "roofs": entry}
     (args.out / "roofline_calib.json").write_text(json.dumps(data, indent=1))
     lines = ["Measured roofs:", *roofs_lines(entry), "", *table(a, n)]
