@@ -106,9 +106,10 @@ def _context(item: pytest.Function, world_size: int) -> TestContext:
 
 
 def _record_update(session: GpuperfSession, context: TestContext, evidence: TestEvidence) -> None:
-    """Under ``--gpuperf-update``: the baseline entries of the B process with the median judged value."""
-    from pytest_gpuperf.judging import metric_to_entry
+    """Under ``--gpuperf-update``: record the metrics of the B process with the median judged time.
 
+    Through the judging service's ``store`` (its updater validates and writes them when the test passes).
+    """
     payloads = [e["payload"] for e in evidence.b if e and e.get("payload")]
     if not payloads:
         return
@@ -118,12 +119,8 @@ def _record_update(session: GpuperfSession, context: TestContext, evidence: Test
         return float(values[0]) if values and isinstance(values[0], (int, float)) else 0.0
 
     chosen = sorted(payloads, key=key)[(len(payloads) - 1) // 2]
-    judging = session.judging
-    path = judging.baselines.path(context)
-    _, tests = judging.pending_updates.setdefault(path, (judging.fingerprint(context), {}))
-    entries = tests.setdefault(context.node_id, {})
-    for verdict in chosen.get("verdicts", []):
-        entries[str(verdict["metric"])] = metric_to_entry(from_payload(verdict).metric)
+    metrics = [from_payload(v).metric for v in chosen.get("verdicts", [])]
+    session.judging.store(context, [Verdict(m, "recorded", tolerance=m.tolerance) for m in metrics])
 
 
 def apply_evidence(
@@ -156,10 +153,10 @@ def apply_evidence(
                     ab.status, ab.message = "inconclusive", f"no A measurement ({why})"
         verdicts = [to_verdict(title, ab, _best_samples(evidence, ab.metric)) for ab in evidence.verdicts]
         metrics = [ab.as_dict() for ab in evidence.verdicts]
-    session.judging.contexts[item.nodeid] = context  # the reports' fingerprint and baseline file
-    session.judging.verdicts.setdefault(item.nodeid, []).extend(verdicts)
     if session.settings.update:
         _record_update(session, context, evidence)
+    session.judging.contexts[item.nodeid] = context  # the reports' fingerprint and baseline file
+    session.judging.verdicts[item.nodeid] = verdicts  # the A/B verdicts, not the recorded ones, are reported
     return {
         "ref": worktree.ref,
         "sha": worktree.sha,
