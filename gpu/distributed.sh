@@ -11,6 +11,7 @@
 # "peak allocated", "last words on cuda"; in step 4 three "ok" rows with three distinct pids other than pytest's;
 # and "orphans: 0" at the end.
 set -u
+source gpu/setup.sh
 OUT=${OUT:-/tmp/gpuperf-out}
 WORK=$(mktemp -d)
 LOG=$WORK/distributed
