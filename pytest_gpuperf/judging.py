@@ -269,7 +269,8 @@ class Judging:
         verdicts = self.verdicts.get(node_id, [])
         lines = [v.message for v in verdicts if v.failed]
         if self.settings.strict and not self.settings.update:
-            lines += [v.message + " (--gpuperf-strict)" for v in verdicts if v.status in ("new", "inconclusive")]
+            lines += [v.message + " (--gpuperf-strict)" for v in verdicts if v.status == "new"]
+            lines += [f"{v.message}; inconclusive (--gpuperf-strict)" for v in verdicts if v.status == "inconclusive"]
         return lines
 
     def report_context(self, node_id: str) -> dict[str, Any]:
