@@ -362,3 +362,11 @@ def test_a_writer_killed_mid_update_leaves_the_old_or_the_complete_new_file_and_
             assert loaded is not None and len(loaded.tests) == 300
     update_baseline_file(path, FINGERPRINT, {"t::case_0": {"m": entry(1)}})
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_custom_metric_may_hold_a_word_but_a_timing_or_memory_metric_may_not(tmp_path: Path) -> None:
+    text = HEAD + "    step.roof_share: {value: counting error, kind: custom}\n"
+    loaded = parse_baseline_text(tmp_path / "x.yaml", text)
+    assert loaded.tests["t.py::a"]["step.roof_share"]["value"] == "counting error"
+    with pytest.raises(BaselineError, match="value must be a number, got 'slow' \\(kind time\\)"):
+        parse_baseline_text(tmp_path / "x.yaml", HEAD + "    step.time: {value: slow, kind: time}\n")

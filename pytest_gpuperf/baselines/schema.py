@@ -36,6 +36,8 @@ MAX_SAMPLES = 1000
 #: Largest baseline file read (a 1,000-test file is about 1 MB).
 MAX_FILE_BYTES = 32 * 1024 * 1024
 KINDS_POSITIVE = ("time", "throughput")
+#: Kinds whose value must be a number (a custom metric may hold a word, judged like a category).
+NUMERIC_KINDS = ("time", "throughput", "memory")
 #: Fields of the drift probe, which is gone: read and dropped.
 RETIRED_FIELDS = frozenset({"normalized", "reference"})
 BETTER = ("lower", "higher", "equal")
@@ -86,7 +88,7 @@ def entry_problem(entry: Any, max_samples: int = MAX_SAMPLES) -> str | None:
     if "better" in entry and entry["better"] not in BETTER:
         return f"better must be one of {', '.join(BETTER)}, got {entry['better']!r}"
     value = entry["value"]
-    if kind == "category" or (kind is None and isinstance(value, str)):
+    if kind == "category" or (kind not in NUMERIC_KINDS and isinstance(value, str)):
         if not isinstance(value, str) or not value:
             return f"value of a category must be a non-empty word, got {value!r}"
     else:
