@@ -125,3 +125,15 @@ def test_entries_recorded_under_the_old_backend_first_id_are_kept_and_moved_to_t
     loaded = load_baseline_file(path)
     assert loaded is not None
     assert loaded.stored == {"t.py::test_x[64-cpu]": {"step.peak_memory": entries_for([memory])["step.peak_memory"]}}
+
+
+def test_an_informational_rate_that_changed_form_keeps_its_entry_with_an_unmoved_family() -> None:
+    """A roof share over 100% is stored as the word 'counting error': that alone must not rewrite the family."""
+    first = [*timing(1.0), Metric("step.roof_share", 0.98, "", "higher", "custom", judged=False, tolerance=0.05)]
+    _, read = stored_and_read(first)
+    again = [
+        *timing(1.01),
+        Metric("step.roof_share", "counting error (>100%)", "", "equal", "category", judged=False, tolerance=0.05),
+    ]
+    kept = decide(again, read, entries_for(again), "cpu")
+    assert {"step.time", "step.throughput", "step.flop_rate", "step.roof_share"} <= set(kept)

@@ -111,16 +111,20 @@ def decide(
     """The metrics whose stored entry is kept, each with the verdict that kept it (judged against ``old``)."""
     kept: dict[str, Verdict] = {}
     for group in _families(metrics).values():
-        if any(m.name not in old or not _same_identity(new[m.name], old[m.name]) for m in group):
-            continue
         deciding = [m for m in group if m.kind in _TIMING_KINDS and m.judged] or [
             m for m in group if m.kind in _TIMING_KINDS
         ]
         deciding = deciding or group
+        # Only the deciding metrics' identity matters: an informational rate of the family whose form changed
+        # (a roof share over 100% stored as the word "counting error") keeps its entry while the timing is kept.
+        if any(m.name not in old or not _same_identity(new[m.name], old[m.name]) for m in deciding):
+            continue
         verdicts = {m.name: _moved(m, old[m.name], where) for m in deciding}
         if any(v is None for v in verdicts.values()):
             continue
         for metric in group:
+            if metric.name not in old:
+                continue  # a metric the baseline never had is written
             verdict = verdicts.get(metric.name)
             if verdict is None:
                 from pytest_gpuperf.results import Verdict as VerdictType
