@@ -96,8 +96,18 @@ def recorded_metrics(pytester: pytest.Pytester, node_id: str) -> dict[str, dict]
     return yaml.safe_load(path.read_text())["tests"][node_id]
 
 
+def test_profiling_lines_follow_pytest_verbosity(project: pytest.Pytester, fast_args) -> None:
+    """Each test's analytic verdict line is shown with -v; a default run that flags nothing stays quiet."""
+    quiet = project.runpytest("--gpuperf-update", *fast_args, "test_steps.py::test_step")
+    quiet.assert_outcomes(passed=1)
+    assert "analytic " not in quiet.stdout.str()
+    loud = project.runpytest("--gpuperf", "-v", *fast_args, "test_steps.py::test_step")
+    loud.assert_outcomes(passed=1)
+    loud.stdout.fnmatch_lines(["*gpuperf profiling*", "*analytic *-bound: AI*"])
+
+
 def test_gpuperf_records_a_bound_with_its_numbers_in_the_baseline(project: pytest.Pytester, fast_args) -> None:
-    result = project.runpytest("--gpuperf-update", *fast_args, "test_steps.py::test_step")
+    result = project.runpytest("--gpuperf-update", "-v", *fast_args, "test_steps.py::test_step")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*gpuperf profiling*", "*analytic latency-bound: AI*roof share*"])
     metrics = recorded_metrics(project, "test_steps.py::test_step[cpu]")

@@ -238,11 +238,15 @@ class ProfileSummary:
         """The ``gpuperf profiling`` section: verdict lines and top kernels per test, artifacts, calibrations."""
         extension = self.config.stash.get(EXTENSION_KEY, None)
         calibrated = extension.roofs.calibrated if extension is not None else []
-        if not self.texts and not calibrated:
+        # pytest's verbosity: every test's verdict lines with -v; by default only those that flag something
+        # (a counting error, ncu disagreeing, a note), so a quiet run stays a few lines.
+        verbose = int(self.config.option.verbose or 0) > 0 or bool(self.artifacts)  # asked-for traces: say where
+        texts = [(n, t) for n, t in self.texts if verbose or _flags_something(t)]
+        if int(self.config.option.verbose or 0) < 0 or (not texts and not calibrated and not self.artifacts):
             return
         tr = terminalreporter
         tr.write_sep("=", "gpuperf profiling")
-        for node_id, text in self.texts:
+        for node_id, text in texts:
             tr.write_line(node_id)
             for line in text.splitlines():
                 tr.write_line("  " + line)
@@ -251,3 +255,9 @@ class ProfileSummary:
             tr.write_line(f"profiling artifacts ({len(self.artifacts)} file(s)) in: {folder}")
         if calibrated and extension is not None:
             tr.write_line(f"measured roofs for {', '.join(calibrated)}; kept in {extension.roofs.store.where}")
+
+
+def _flags_something(text: str) -> bool:
+    """True when a test's profiling text says something a reader must see without ``-v``."""
+    lowered = text.lower()
+    return any(word in lowered for word in ("counting error", "note:", "disagree", "warning"))
