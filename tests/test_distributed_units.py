@@ -208,3 +208,14 @@ def test_replica_workers_are_picked_new_to_the_test_dead_ones_dropped_and_extra_
     replicas._keep["cpu"] = 1
     replicas._trim("cpu")
     assert ran_it.closed == [True] and [w.pool for w in replicas.workers] == [other, fresh]
+
+
+def test_two_ranks_reports_glued_onto_one_line_are_both_read() -> None:
+    """torchrun's per-rank output can arrive without a newline between two ranks' writes."""
+    glued = format_line(rank=1, peak_memory=1001, tokens_per_s=51.0) + format_line(
+        rank=0, peak_memory=1000, tokens_per_s=50.0
+    )
+    report = parse_output("[default1]:" + glued + "\n")
+    assert sorted(report.ranks) == [0, 1]
+    assert report.ranks[1].peak_memory == 1001
+    assert report.ranks[0].tokens_per_s == 50.0

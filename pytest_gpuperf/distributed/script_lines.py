@@ -101,13 +101,23 @@ def parse_seed_line(line: str) -> SeedLine | None:
     return SeedLine(int(match["step"]), float(match["loss"]), float(match["gb"]) * 1e9)
 
 
+def split_glued(line: str) -> list[str]:
+    """Each ``GPUPERF {...}`` report on ``line``: ranks writing to one pipe at once can glue two onto one line."""
+    first = line.find(PREFIX)
+    if first < 0:
+        return []
+    return [PREFIX + chunk for chunk in line[first + len(PREFIX) :].split(PREFIX)]
+
+
 def parse_output(text: str) -> ScriptReport:
     """Parse a script's whole output; a rank reporting twice keeps its last line."""
     report = ScriptReport()
     for line in text.splitlines():
-        rank_report = parse_line(line)
-        if rank_report is not None:
-            report.ranks[rank_report.rank] = rank_report
+        rank_reports = [parse_line(chunk) for chunk in split_glued(line)]
+        if rank_reports:
+            for rank_report in rank_reports:
+                if rank_report is not None:
+                    report.ranks[rank_report.rank] = rank_report
             continue
         seed = parse_seed_line(line)
         if seed is not None:
