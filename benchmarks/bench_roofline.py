@@ -15,8 +15,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for perf_tests
 
 from perf_tests.models import CPU_CONFIG, MiniLLM, make_batch, train_step_fn
 from pytest_gpuperf.backends.cpu import CpuBackend
