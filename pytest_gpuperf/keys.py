@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,3 +16,5 @@ SESSION_KEY = pytest.StashKey["GpuperfSession"]()
 BACKEND_KEY = pytest.StashKey["Backend"]()
 #: On a test item: the world size its metrics are judged under (set by the distributed feature before setup).
 WORLD_SIZE_KEY = pytest.StashKey[int]()
+#: The session's fresh-process replica workers (started on first use by the distributed feature).
+REPLICAS_KEY = pytest.StashKey[Any]()  # a distributed.replicate.ReplicaPool

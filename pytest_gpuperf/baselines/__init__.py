@@ -12,17 +12,6 @@ Nothing heavy is imported at module level: the plugin loads this package in ever
 
 from __future__ import annotations
 
-from pytest_gpuperf.baselines.schema import (
-    MAX_SAMPLES,
-    SCHEMA_VERSION,
-    BaselineError,
-    BaselineFile,
-    entry_problem,
-    load_baseline_file,
-    parse_baseline_text,
-)
-from pytest_gpuperf.baselines.store import atomic_write_text, render_baseline, update_baseline_file
-
 __all__ = [
     "MAX_SAMPLES",
     "SCHEMA_VERSION",
@@ -35,3 +24,18 @@ __all__ = [
     "render_baseline",
     "update_baseline_file",
 ]
+
+_HOME = {name: "schema" for name in __all__} | {
+    "atomic_write_text": "store",
+    "render_baseline": "store",
+    "update_baseline_file": "store",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Re-export the reader's and writer's names lazily: a plain pytest run loads only the plugin module."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.keys import WORLD_SIZE_KEY
+from pytest_gpuperf.keys import REPLICAS_KEY, WORLD_SIZE_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
@@ -148,8 +148,6 @@ def gpuperf_torchrun(request: pytest.FixtureRequest, gpuperf_backend: Backend) -
 
 def _close_all(config: pytest.Config, graceful: bool) -> None:
     """Stop the rank pool and the replica workers of this session, if any."""
-    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
-
     for key in (MANAGER_KEY, REPLICAS_KEY):
         owner = config.stash.get(key, None)  # type: ignore[call-overload]
         if owner is not None:
@@ -187,8 +185,6 @@ def pytest_gpuperf_write_baselines(config: pytest.Config) -> bool | None:
 
 
 def _uses_workers(config: pytest.Config) -> bool:
-    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
-
     return config.stash.get(MANAGER_KEY, None) is not None or config.stash.get(REPLICAS_KEY, None) is not None
 
 
@@ -202,8 +198,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line on the rank pool: starts, rebuilds after faults, tests run."""
-    from pytest_gpuperf.distributed.replicate import REPLICAS_KEY
-
     manager = config.stash.get(MANAGER_KEY, None)
     if manager is not None and manager.stats.started:
         stats = manager.stats

@@ -39,13 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.keys import REPLICAS_KEY
+
 if TYPE_CHECKING:
     from pytest_gpuperf.distributed.pool import PoolOutcome, RankPool
     from pytest_gpuperf.distributed.tasks import RankTask
     from pytest_gpuperf.results import Metric
 
 #: Where the session's replica workers live (``config.stash``).
-REPLICAS_KEY = pytest.StashKey["ReplicaPool"]()
 
 
 class ReplicaError(RuntimeError):
