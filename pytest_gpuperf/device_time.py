@@ -100,7 +100,7 @@ def measure_device_time(
         else:
             reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
     if graph is not None:
-        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor)
+        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now)
     else:
         _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now)
     watch.read()
@@ -115,6 +115,7 @@ def _graph_samples(
     stop_rule: StopCheck | None,
     deadline: float,
     floor: int,
+    now: Callable[[], float],
 ) -> None:
     result.method, result.iters_per_sample = "cuda_graph", graph.iters
 
@@ -123,7 +124,7 @@ def _graph_samples(
         return graph.time() / graph.iters
 
     try:
-        sample_loop(take, result, config, stop_rule, deadline, floor)
+        sample_loop(take, result, config, stop_rule, deadline, floor, now=now)
     finally:
         graph.close()
 
@@ -144,7 +145,7 @@ def _fallback_samples(
     profile = config.cupti and not counted(config)
     eager_part = TimingResult(samples=[])
     eager_deadline = now() + max(0.0, deadline - now()) / 2 if profile else deadline
-    sample_loop(eager, eager_part, config, None if profile else stop_rule, eager_deadline, floor)
+    sample_loop(eager, eager_part, config, None if profile else stop_rule, eager_deadline, floor, now=now)
     sums: list[float] = []
     if profile:
         per_step = median(eager_part.samples)

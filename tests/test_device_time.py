@@ -4,6 +4,7 @@ and CUPTI's attribution of kernels to steps."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -49,18 +50,20 @@ def _watch(readings=None) -> ClockWatch:
     return ClockWatch(lambda: next(it))
 
 
-def _run(config: MeasureConfig, *, capture, kernel_sums=None, watch=None, eager=400e-6) -> TimingResult:
+def _run(
+    config: MeasureConfig, *, capture, kernel_sums=None, watch=None, eager=400e-6, deadline=10_000.0
+) -> TimingResult:
     backend = FakeCuda(eager)
     result = TimingResult(samples=[], iters_per_sample=5)
     guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
-    clock = itertools.count(0.0, 0.001)  # 1 ms per clock read: budgets end deterministically
+    clock = itertools.count(deadline - 10_000.0, 0.001)  # 1 ms per clock read: budgets end deterministically
     measure_device_time(
         backend,
         lambda: None,
         config,
         result,
         None,
-        deadline=10_000.0,
+        deadline=deadline,
         floor=3,
         guard=guard,
         warm=WarmupResult(calls=10, per_call=eager, wall_per_call=eager),
@@ -91,6 +94,14 @@ def test_a_captured_step_is_judged_by_graph_replay_with_eager_time_and_host_over
     summary = result.summary()
     assert summary["eager_time"] == pytest.approx(400e-6) and summary["host_bound"] is False
     assert summary["sm_clock_mhz"] == 1980 and summary["throttled"] is False
+
+
+def test_every_sample_loop_reads_the_injected_clock_never_the_hosts():
+    # A CI host up for hours has perf_counter() past a small absolute deadline; only the injected clock may count.
+    already_passed = time.perf_counter() - 1.0
+    for capture in (lambda step, iters: (FakeGraph(iters), ""), lambda step, iters: (None, "sync in step")):
+        result = _run(CONFIG, capture=capture, kernel_sums=lambda step, n: ([], "no CUPTI"), deadline=already_passed)
+        assert len(result.samples) == 8 and not result.budget_exhausted
 
 
 def test_a_step_whose_device_is_idle_most_of_the_eager_step_is_host_bound():
