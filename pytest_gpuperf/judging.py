@@ -212,12 +212,12 @@ class Judging:
         merged, timing = [], []
         for verdict in self.verdicts.get(node_id, []):
             metric = verdict.metric
-            if is_timing(metric):
+            if is_timing(metric) and any(metric.name in run for run in runs):  # others' merged facts kept
                 metric = combine(
                     metric, [run[metric.name] for run in runs if metric.name in run], verdict.tolerance or 0
                 )
             merged.append(Verdict(metric, verdict.status, tolerance=verdict.tolerance))
-            if is_timing(metric):
+            if metric is not verdict.metric:
                 timing.append(merged[-1])
         self.verdicts[node_id] = merged
         if timing:

@@ -107,4 +107,5 @@ def can_replicate(item: Any) -> bool:
         bool(hook.get_hookimpls())
         and getattr(item, "cls", None) is None
         and item.get_closest_marker("gpuperf_distributed") is None
+        and "gpuperf_torchrun" not in getattr(item, "fixturenames", ())  # each script run is fresh processes already
     )

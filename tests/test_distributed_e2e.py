@@ -218,3 +218,56 @@ def test_under_a_baseline_ref_the_ranks_plan_against_the_refs_entries_not_the_wo
     result.assert_outcomes(passed=1)
     assert "raised" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*gpuperf baseline changes against main*", f"*{path.name}*unreadable*"])
+
+
+RATED_SCRIPT = """
+import os
+from pathlib import Path
+
+here = Path(__file__).parent
+rates = [float(line) for line in (here / "rates.txt").read_text().split()]
+count = here / "count.txt"
+done = int(count.read_text()) if count.exists() else 0
+count.write_text(str(done + 1))
+print('GPUPERF {"rank": 0, "peak_memory": 1000, "tokens_per_s": %f}' % rates[min(done, len(rates) - 1)], flush=True)
+"""
+
+RATED_TESTS = """
+def test_rated(gpuperf, gpuperf_torchrun):
+    gpuperf_torchrun.run("rated.py", nproc_per_node=1)
+"""
+
+
+def test_a_script_baseline_comes_from_several_runs_and_a_slow_run_is_confirmed_by_another_before_failing(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    """Each script run is fresh processes: record from N runs; a suspect runs again, a disagreement is inconclusive."""
+    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS)
+
+    def run(rates: str, *args: str) -> pytest.RunResult:
+        (pytester.path / "rates.txt").write_text(rates)
+        (pytester.path / "count.txt").unlink(missing_ok=True)
+        result = pytester.runpytest("--gpuperf", *fast_args, *args)
+        result.launches = int((pytester.path / "count.txt").read_text())  # type: ignore[attr-defined]
+        return result
+
+    recorded = run("100 104 98", "--gpuperf-update", "--gpuperf-processes", "3")
+    recorded.assert_outcomes(passed=1)
+    assert recorded.launches == 3
+    [path] = sorted((pytester.path / "baselines").glob("*-ws1.yaml"))
+    entry = yaml.safe_load(path.read_text())["tests"]["test_rated.py::test_rated[cpu]"]["rated.tokens_per_s"]
+    assert entry["value"] == 100.0 and entry["processes"] == 3 and entry["process_spread"] > 0.05
+
+    steady = run("101")
+    steady.assert_outcomes(passed=1)
+    assert steady.launches == 1  # nothing suspected: no second run
+
+    disagreeing = run("50 100")
+    disagreeing.assert_outcomes(passed=1)
+    assert disagreeing.launches == 2
+    disagreeing.stdout.fnmatch_lines(["*inconclusive*a second run of the script*"])
+
+    slow = run("50 51")
+    slow.assert_outcomes(failed=1)
+    assert slow.launches == 2
+    slow.stdout.fnmatch_lines(["*rated: tokens per s*confirmed in a second run of the script*"])

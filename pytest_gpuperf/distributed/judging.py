@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -33,3 +34,28 @@ def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
     from pytest_gpuperf.results import KIND_TIME
 
     return handle.judging.tolerance(handle.context, "imbalance.time", KIND_TIME)
+
+
+def second_opinion(item: Any, handle: GpuPerf | None, again: Callable[[], dict[str, Metric]]) -> None:
+    """Run a whole-process measurement (a script on N ranks) ``again`` where one run cannot be trusted alone.
+
+    Each run of a script is a fresh set of processes, and whole processes are fast or slow, so under
+    ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU) with their
+    spread stored; otherwise a suspected time/throughput regression is confirmed by one more run, and a run
+    that disagrees makes the verdict inconclusive (:func:`pytest_gpuperf.replication.reconcile`).
+    """
+    if handle is None or handle.judging is None:
+        return
+    from pytest_gpuperf.judging import suspects
+    from pytest_gpuperf.replication import default_processes
+
+    judging, node_id = handle.judging, item.nodeid
+    if judging.settings.update:
+        wanted = getattr(judging.settings, "processes", 0) or default_processes(handle.context.backend.is_host_cpu())
+        if wanted > 1:
+            judging.merge_processes(node_id, [again() for _ in range(wanted - 1)])
+    elif judging.settings.confirm and suspects(judging.verdicts.get(node_id, [])):
+        context = judging.contexts[node_id]
+        judging.verdicts[node_id] = judging.confirm(
+            context, judging.verdicts[node_id], again(), where="a second run of the script"
+        )
