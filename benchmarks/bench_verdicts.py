@@ -3,9 +3,10 @@
 Writes a perf-test project to a temporary directory, records its baselines once with the plugin's
 defaults (``--gpuperf-update``), then runs fresh pytest processes against them: unchanged code
 (every failure is a false failure) and code slowed by real extra work in the same kernels
-(``BENCH_SCALE``: a GEMM's inner dimension 4096 -> 4512 is +10%, an elementwise op over 10% more
-elements, ...). Each run's time verdict per workload is read from the JSON report: ``regression``
-(caught), ``inconclusive`` (passes with a warning; counts as not passed-as-unchanged), or a pass.
+(``BENCH_SCALE``: a GEMM's inner dimension 4096 -> 4480, a whole number of 64-wide K tiles, is +9.4%
+of the same kernel's main loop; an elementwise op over 10% more elements, ...). Each run's time verdict
+per workload is read from the JSON report: ``regression`` (caught), ``inconclusive`` (passes with a warning; counts as
+not passed-as-unchanged), or a pass. ``--workloads`` and ``--scales`` split the work over device calls.
 
     python benchmarks/bench_verdicts.py --device cpu                  # 2-thread allocation-heavy CPU step
     python benchmarks/bench_verdicts.py --device cuda --verify        # H200: 4 workloads, do_bench check first
@@ -47,14 +48,14 @@ def _randn(*shape, dtype=torch.float32, device="cpu", seed=0):
     return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
 
 
-def _mult8(value):
-    return int(round(value / 8)) * 8  # shapes that keep tensor-core kernels (K a multiple of 8)
+def _tiles(value, tile):
+    return max(tile, int(round(value / tile)) * tile)  # whole tiles: the same cuBLAS kernel, no partial tile
 
 
 def build(name, device):
     """The step of workload ``name`` at BENCH_SCALE on ``device``."""
-    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K 4096 -> 4512 is +10% FLOPs in the same kernel
-        k = _mult8(4096 * SCALE)
+    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K in whole 64-wide tiles (4096 -> 4288 +4.7%, 4480 +9.4%)
+        k = _tiles(4096 * SCALE, 64)
         a = _randn(4096, k, dtype=torch.bfloat16, device=device)
         b = _randn(k, 4096, dtype=torch.bfloat16, device=device, seed=1)
         return lambda: a @ b
@@ -62,10 +63,10 @@ def build(name, device):
         n = int(2**27 * SCALE)
         x, y = _randn(n, dtype=torch.bfloat16, device=device), _randn(n, dtype=torch.bfloat16, device=device, seed=1)
         return lambda: x + y
-    if name == "linear":  # the seed's Linear(4096, 4096) fp16 forward + backward, batch 1024 scaled
+    if name == "linear":  # the seed's Linear(4096, 4096) fp16 forward + backward, batch 1024 in 32-row tiles
         torch.manual_seed(0)
         layer = torch.nn.Linear(4096, 4096).to(device, torch.float16)
-        x = _randn(_mult8(1024 * SCALE), 4096, dtype=torch.float16, device=device).requires_grad_(True)
+        x = _randn(_tiles(1024 * SCALE, 32), 4096, dtype=torch.float16, device=device).requires_grad_(True)
 
         def step():
             layer.zero_grad(set_to_none=True)
@@ -78,7 +79,7 @@ def build(name, device):
     if name == "minillm":  # the MiniLLM training step (4 layers, batch 8), sequence length scaled
         from dataclasses import replace
 
-        cfg = replace(GPU_TEST_CONFIG, seq=_mult8(GPU_TEST_CONFIG.seq * SCALE))
+        cfg = replace(GPU_TEST_CONFIG, seq=_tiles(GPU_TEST_CONFIG.seq * SCALE, 64))
         torch.manual_seed(0)
         model = MiniLLM(cfg).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -171,13 +172,18 @@ def main() -> None:
     parser.add_argument("--slowed", type=int, default=None, help="runs per slowdown (pytest processes)")
     parser.add_argument("--verify", action="store_true", help="CUDA: do_bench + kernel names per scale first")
     parser.add_argument("--out", type=Path, default=None, help="JSON lines of every observation")
+    parser.add_argument("--workloads", default=None, help="comma-separated subset (gemm,elementwise,linear,minillm)")
+    parser.add_argument("--scales", default=None, help="comma-separated slowdown scales (default 1.10,1.05 / 1.5)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
     cuda = opts.device == "cuda"
-    names = GPU_NAMES if cuda else CPU_NAMES
+    known = GPU_NAMES if cuda else CPU_NAMES
+    names = [n for n in opts.workloads.split(",") if n] if opts.workloads else known
+    if unknown := sorted(set(names) - set(known)):
+        parser.error(f"unknown workload(s) {unknown} for --device {opts.device}; choose from {known}")
     unchanged = opts.unchanged or (10 if cuda else 20)
     slowed = opts.slowed or (6 if cuda else 10)
-    scales = [1.10, 1.05] if cuda else [1.5]
+    scales = [float(s) for s in opts.scales.split(",") if s] if opts.scales else ([1.10, 1.05] if cuda else [1.5])
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-verdicts-") as tmp:
         project = Path(tmp)
