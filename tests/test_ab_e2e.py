@@ -124,6 +124,7 @@ def test_five_times_the_work_fails_and_new_and_removed_tests_are_listed(pytester
     assert "new (only in the working tree): test_fresh.py::test_fresh[cpu]" in out
     assert "removed (only in HEAD): test_gone.py::test_old[cpu]" in out
     assert "A/B against HEAD" in out and "B is worse than A past the tolerance" in out
+    assert "an A/B verdict has no baseline file to update" in out and "--gpuperf-update 'test_perf.py" not in out
 
 
 def test_src_layout_installed_from_the_working_tree_measures_ref_on_the_a_side(pytester: pytest.Pytester) -> None:

@@ -152,8 +152,9 @@ def render_markdown(
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
-        if statuses[0] in ("regression", "changed"):
-            ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in rows))
+        stored = [(r, v) for r, v in rows if not (v.get("extra") or {}).get("ab")]  # A/B has nothing to record
+        if statuses[0] in ("regression", "changed") and stored:
+            ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in stored))
             lines += [
                 "If intended, record the new numbers with:",
                 "",

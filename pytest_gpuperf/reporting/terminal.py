@@ -70,11 +70,21 @@ def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: lis
     if not failing:
         failing = [v for v in verdicts if v.get("status") == "new"]
     head = "; ".join(short_fact(v) for v in failing) or (failures[0] if failures else "performance regression")
-    hint = (
+    return "\n".join([head, *("  " + line for line in failures), accept_hint(node_id, failing)])
+
+
+def accept_hint(node_id: str, failing: list[dict[str, Any]]) -> str:
+    """How to accept an intended change: record a stored baseline, or (A/B) nothing to record."""
+    ab = next((v["extra"]["ab"] for v in failing if isinstance(v.get("extra"), dict) and v["extra"].get("ab")), None)
+    if ab:
+        return (
+            f"{ab}: the working tree (B) measured worse than the ref (A) in interleaved processes on this machine. "
+            "If the change is intended, accept it in review: an A/B verdict has no baseline file to update."
+        )
+    return (
         "If this change is intended, record it with: "
         f"pytest --gpuperf --gpuperf-update {shlex.quote(node_id)} and commit the baselines/ diff."
     )
-    return "\n".join([head, *("  " + line for line in failures), hint])
 
 
 def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> str:
