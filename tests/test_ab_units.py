@@ -169,6 +169,20 @@ def test_worktree_checks_out_the_ref_and_is_removed(repo: Path) -> None:
     worktree.remove()  # idempotent
 
 
+def test_a_worktree_left_by_a_killed_run_is_swept_by_the_next_and_a_live_ones_is_kept(repo: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs: the killed run's
+    left = gitref.Worktree.create(repo, "HEAD")
+    (left.path.parent / gitref.OWNER_FILE).write_text(f"{dead.pid} 1")
+    live = gitref.Worktree.create(repo, "HEAD")  # sweeps the dead run's, keeps nothing else
+    assert not left.path.parent.exists() and str(left.path) not in _git(repo, "worktree", "list")
+    assert live.path.exists()
+    again = gitref.Worktree.create(repo, "HEAD")  # the live run's (this process) survives another run's start
+    assert live.path.exists() and str(live.path) in _git(repo, "worktree", "list")
+    for worktree in (live, again):
+        worktree.remove()
+
+
 def test_unknown_ref_and_no_repository_are_clear_errors(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(gitref.AbRefError, match="not a commit"):
         gitref.resolve_commit(repo, "no-such-branch")

@@ -6,6 +6,7 @@ option or carries shell or control characters is refused before git sees it.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +16,9 @@ from pathlib import Path
 
 #: Characters a ref name, a sha or a revision expression (``HEAD~1``, ``main^``, ``@{u}``) may hold.
 _REF_CHARS = re.compile(r"^[A-Za-z0-9._/~^@{}+-]+$")
+#: Prefix of the temporary folders holding REF's worktree; ``OWNER_FILE`` in one names the process that made it.
+HOLDER_PREFIX = "gpuperf-ab-"
+OWNER_FILE = "owner"
 #: Suffixes of compiled extension modules that a fresh checkout of REF does not contain.
 EXTENSION_SUFFIXES = (".so", ".pyd", ".dylib")
 
@@ -85,7 +89,9 @@ class Worktree:
     def create(cls, repo: Path, ref: str) -> Worktree:
         """Check ``ref`` out into a new temporary worktree of ``repo`` (its toplevel)."""
         sha = resolve_commit(repo, ref)
-        holder = Path(tempfile.mkdtemp(prefix="gpuperf-ab-"))
+        sweep_stale(repo)
+        holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
+        (holder / OWNER_FILE).write_text(_process_identity(os.getpid()))
         path = holder / "ref"
         try:
             git(repo, "worktree", "prune")
@@ -113,6 +119,59 @@ class Worktree:
             git(self.repo, "worktree", "prune")
         except AbRefError:
             pass
+
+
+def _process_identity(pid: int) -> str:
+    """``pid`` and, where /proc has it, the process's start time (a recycled pid does not match it)."""
+    try:
+        started = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        started = ""
+    return f"{pid} {started}".strip()
+
+
+def _owner_alive(holder: Path) -> bool:
+    """True unless ``holder``'s owner file names a process that no longer runs (a killed A/B run)."""
+    try:
+        recorded = (holder / OWNER_FILE).read_text().split()
+        pid = int(recorded[0])
+    except (OSError, ValueError, IndexError):
+        return True  # not ours to judge: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _process_identity(pid).split() == recorded or len(recorded) == 1
+
+
+def sweep_stale(repo: Path) -> list[Path]:
+    """Remove ``repo``'s A/B worktrees left by runs that were killed (their owner process is gone)."""
+    try:
+        listing = git(repo, "worktree", "list", "--porcelain")
+    except AbRefError:
+        return []
+    removed = []
+    for line in listing.splitlines():
+        if not line.startswith("worktree "):
+            continue
+        path = Path(line[len("worktree ") :])
+        holder = path.parent
+        if path.name != "ref" or not holder.name.startswith(HOLDER_PREFIX) or _owner_alive(holder):
+            continue
+        try:
+            git(repo, "worktree", "remove", "--force", str(path))
+        except AbRefError:
+            pass
+        shutil.rmtree(holder, ignore_errors=True)
+        removed.append(path)
+    if removed:
+        try:
+            git(repo, "worktree", "prune")
+        except AbRefError:
+            pass
+    return removed
 
 
 def untracked_extensions(repo: Path, package_dirs: list[Path]) -> list[str]:
