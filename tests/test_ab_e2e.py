@@ -184,13 +184,19 @@ def test_ab_outside_a_git_repository_is_a_clear_error(pytester: pytest.Pytester)
 
 def test_xdist_workers_run_both_sides_of_their_tests_and_the_controller_reports_them(pytester: pytest.Pytester) -> None:
     root = make_repo(pytester)
+    (root / "test_gone.py").write_text("def test_old(gpuperf):\n    gpuperf.measure(lambda: None)\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "old test")
+    (root / "test_gone.py").unlink()  # removed with its whole file: no xdist worker ever sees it
     (root / "mylib.py").write_text(LIB.format(work=5))
     result = pytester.runpytest(*FAST_AB, "-n", "1", "--gpuperf-json", "r.json")
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "test_perf.py::test_step[cpu]  REGRESSION" in out  # the controller's A/B section, from the worker's report
+    assert "removed (only in HEAD): test_gone.py::test_old[cpu]" in out  # the controller's own scan
     report = json.loads((root / "r.json").read_text())
     assert report["gpuperf"]["ab"]["tests"]["test_perf.py::test_step[cpu]"]["status"] == "regression"
+    assert report["gpuperf"]["ab"]["removed"] == ["test_gone.py::test_old[cpu]"]
     assert not git(root, "worktree", "list").splitlines()[1:]  # the controller removed the shared worktree
 
 

@@ -97,12 +97,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, None, None]:
-    """Before the tests run (not on the xdist controller, which runs none): all A/B rounds at once."""
+    """Before the tests run: all A/B rounds at once (the xdist controller, which runs none, lists new/removed)."""
     state = _state(session.config)
-    if state is not None and not state.is_xdist_worker and not state.is_xdist_controller:
-        if not session.config.option.collectonly:
+    if state is not None and not session.config.option.collectonly:
+        if state.is_xdist_controller:
+            state.scan_scope()  # new and removed tests, listed while the workers run theirs
+        elif not state.is_xdist_worker:
             state.run_items(session.items)
     yield
+    if state is not None:
+        state.finish_scan()
 
 
 @pytest.hookimpl(tryfirst=True)

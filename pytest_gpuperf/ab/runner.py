@@ -183,7 +183,8 @@ class AbRunner:
     def start(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WorkerRun:
         """Run one worker of ``side`` on ``selected`` and read back its results.
 
-        The first pair collects the controller's whole scope (so tests only on one side are found);
+        The first pair (and a scan, pair -1) collects the controller's whole scope (so tests only on one side are
+        found);
         later pairs, and runs without ``full_scope``, collect only the files of the selected tests.
         """
         stem = self.scratch / f"{side.name}{pair}"
@@ -191,7 +192,7 @@ class AbRunner:
         select.write_text(json.dumps(selected), encoding="utf-8")
         out.unlink(missing_ok=True)
         files = {n.split("::", 1)[0] for n in selected}
-        scope = side.scope if pair == 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
+        scope = side.scope if pair <= 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
         scope = [s for s in scope if Path(s.split("::", 1)[0]).exists()]
         env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out)}
         began = time.perf_counter()
@@ -268,6 +269,20 @@ class AbRunner:
                 for nodeid in outcome.new:
                     evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(_entry(run, nodeid))
         return outcome
+
+    def scan(self) -> tuple[list[str], list[str]] | None:
+        """Both sides' perf tests by collection alone (nothing runs): ``(new, removed)``, None when A failed.
+
+        The pytest-xdist controller uses it: its workers each see one test's file, so a test removed with its
+        whole file would otherwise never be listed.
+        """
+        self.install_worker_plugin()
+        runs = {side.name: self.start(side, -1, []) for side in (self.a, self.b)}
+        if runs["A"].error is not None:
+            return None
+        b_has = list(runs["B"].data.get("collected", []))
+        a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], b_has)
+        return [n for n in b_has if n not in a_has], sorted(a_has - set(b_has))
 
 
 def _collect_error(run: WorkerRun, nodeid: str) -> str | None:

@@ -84,6 +84,39 @@ class AbState:
             self.warnings += warnings
         return self.runner
 
+    def scan_scope(self) -> None:
+        """On the pytest-xdist controller: new and removed tests from both sides' collections (a thread).
+
+        Started before the workers run and read by :meth:`summary` (:meth:`finish_scan` waits for it).
+        """
+        import threading
+
+        from pytest_gpuperf.ab.runner import AbOutcome
+
+        runner = self._runner()
+        self.outcome = AbOutcome()
+        outcome = self.outcome
+
+        def scan() -> None:
+            try:
+                found = runner.scan()
+            except Exception as exc:  # noqa: BLE001 - the test verdicts stand without the lists
+                self.warnings.append(f"could not list new and removed tests: {type(exc).__name__}: {exc}")
+                return
+            if found is None:
+                self.warnings.append("could not list new and removed tests: REF's side failed to collect")
+            else:
+                outcome.new, outcome.removed = found
+
+        self._scanner = threading.Thread(target=scan, name="gpuperf-ab-scan", daemon=True)
+        self._scanner.start()
+
+    def finish_scan(self) -> None:
+        """Wait for :meth:`scan_scope` (when one was started)."""
+        scanner = getattr(self, "_scanner", None)
+        if scanner is not None:
+            scanner.join()
+
     def run_items(self, items: list[pytest.Item]) -> None:
         """Run the A/B rounds for the perf tests among ``items`` (those not skipped by a marker)."""
         nodeids = [i.nodeid for i in items if self.is_perf(i) and i.get_closest_marker("skip") is None]
