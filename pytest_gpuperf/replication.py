@@ -105,7 +105,6 @@ def can_replicate(item: Any) -> bool:
         return False  # an A/B run judges its own paired worker processes
     return (
         bool(hook.get_hookimpls())
-        and getattr(item, "cls", None) is None
         and item.get_closest_marker("gpuperf_distributed") is None
         and "gpuperf_torchrun" not in getattr(item, "fixturenames", ())  # each script run is fresh processes already
     )

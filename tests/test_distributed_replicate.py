@@ -84,6 +84,15 @@ def unpicklable():
 
 def test_e_takes_an_unpicklable_fixture(gpuperf, unpicklable):
     pass
+
+
+class TestF:
+    def setup_method(self, method):
+        self.width = 32  # set on each fresh instance, as pytest does
+
+    def test_method(self, gpuperf, rows):
+        x = torch.randn(rows, self.width)
+        gpuperf.record("width", float(x.shape[1]), unit="x")
 """
 
 
@@ -93,7 +102,7 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_replicas=TESTS)
     result = pytester.runpytest("--gpuperf", *fast_args)
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)
     records = {r["test"]: r for r in map(json.loads, (pytester.path / "replicas.jsonl").read_text().splitlines())}
 
     first, again = records["test_a_measures[3-cpu]"]["calls"]
@@ -118,6 +127,9 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     d_first = records["test_d_dies_in_a_worker[cpu]"]["calls"][0]
     assert [run["status"] for run in d_first] == ["died", "died"]
     assert "last words before os._exit" in d_first[0]["error"]
+
+    f_first, _ = records["test_method[cpu]"]["calls"]  # a method runs on a fresh instance, setup_method first
+    assert [run["metrics"] for run in f_first] == [{"width": 32.0}, {"width": 32.0}]
 
     e_calls = records["test_e_takes_an_unpicklable_fixture[cpu]"]["calls"]
     assert "cannot be sent to another process" in e_calls[0]["error"]

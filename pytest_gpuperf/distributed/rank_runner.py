@@ -66,9 +66,31 @@ def resolve_function(task: RankTask) -> Any:
             sys.modules[task.module_name] = module
             spec.loader.exec_module(module)
     obj: Any = module
-    for part in task.qualname.split("."):
+    *owners, name = task.qualname.split(".")
+    for part in owners:
         obj = getattr(obj, part)
-    return obj
+    if not task.in_class:
+        return getattr(obj, name)
+    return _method_of_fresh_instance(obj(), name)
+
+
+def _method_of_fresh_instance(instance: Any, name: str) -> Any:
+    """``instance.name`` wrapped in the class's ``setup_method``/``teardown_method``, as pytest runs it."""
+    method = getattr(instance, name)
+    setup, teardown = getattr(instance, "setup_method", None), getattr(instance, "teardown_method", None)
+    if setup is None and teardown is None:
+        return method
+
+    def run(**kwargs: Any) -> Any:
+        if setup is not None:
+            setup(method)
+        try:
+            return method(**kwargs)
+        finally:
+            if teardown is not None:
+                teardown(method)
+
+    return run
 
 
 def reset_state(seed: int, backend: str) -> None:

@@ -12,7 +12,8 @@ API (call it while the test runs, from its call phase: its fixture values are sh
         run.by_name()     # {metric name: Metric}
         run.status, run.error, run.pid, run.seconds, run.stdout, run.stderr
 
-* ``item``: the running ``pytest.Function`` (module-level test; its fixture values and parameters
+* ``item``: the running ``pytest.Function`` (a module-level test, or a method of a test class, which
+  runs on a fresh instance with its ``setup_method``/``teardown_method``; its fixture values and parameters
   must pickle: they travel to the worker, the way the rank pool ships them). Only the values of the
   test's own arguments travel: side effects of fixtures (an autouse fixture that sets a default dtype
   or an environment variable) do not happen in the worker;
@@ -25,8 +26,8 @@ API (call it while the test runs, from its call phase: its fixture values are sh
 
 The worker measures with the pytest process's settings (``--gpuperf-max-time`` ...), the same
 ``GpuPerf.measure`` code and no lockstep, on the test's backend. Raises :class:`ReplicaError`
-(with the reason) when the test cannot be replicated at all: not under ``--gpuperf``, a test
-method of a class, an argument that does not pickle, a distributed test, or a worker that did
+(with the reason) when the test cannot be replicated at all: not under ``--gpuperf``, an
+argument that does not pickle, a distributed test, or a worker that did
 not start. Workers are ``python -m pytest_gpuperf.distributed.worker`` processes of a solo
 :class:`~pytest_gpuperf.distributed.pool.RankPool` (no torchrun, no process group), stopped at
 the end of the session; a worker that failed a run is replaced.

@@ -34,14 +34,12 @@ class TaskError(ValueError):
 def task_for(item: pytest.Function, backend: str, settings: Settings | None, lockstep: bool = True) -> RankTask:
     """The picklable description of ``item``'s body: function by reference, other arguments by value.
 
+    A method of a test class runs on a fresh instance of its class there, as pytest runs each test on its own
+    instance (``setup_method``/``teardown_method`` around it; fixtures' side effects do not travel).
+
     ``settings``: the pytest process's measuring settings (None: smoke mode); ``lockstep``: the
     ``gpuperf`` handle measures in lockstep across ranks (False: exactly as in the pytest process).
     """
-    if item.cls is not None:
-        raise TaskError(
-            f"{item.nodeid}: only module-level test functions can run in another process (it imports the "
-            "function by module and name); move it out of the class"
-        )
     argnames = item._fixtureinfo.argnames
     wants = tuple(name for name in RANK_FIXTURES if name in argnames)
     kwargs = {name: item.funcargs[name] for name in argnames if name not in RANK_FIXTURES}
@@ -71,6 +69,7 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
         seed=zlib.crc32(item.nodeid.encode()) & 0x7FFFFFFF,
         sys_path=[p for p in sys.path if p],
         lockstep=lockstep,
+        in_class=item.cls is not None,
     )
 
 

@@ -43,6 +43,8 @@ class RankTask:
     sys_path: list[str] = field(default_factory=list)
     #: The ``gpuperf`` handle measures in lockstep across ranks (False: as in the pytest process).
     lockstep: bool = True
+    #: The test is a method of a test class (``qualname`` is ``Class.method``): a fresh instance runs it.
+    in_class: bool = False
 
 
 @dataclass(frozen=True)
