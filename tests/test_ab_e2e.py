@@ -83,8 +83,10 @@ def test_unchanged_tree_passes_with_both_sides_in_every_report(pytester: pytest.
     (root / "pkgx" / "__init__.py").write_text("")
     (root / "pkgx" / "_speedups.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0")  # built here only, untracked
     sha = git(root, "rev-parse", "HEAD").strip()
+    with_cache = [arg for arg in FAST_AB if arg != "no:cacheprovider"]
+    with_cache.remove("-p")  # the "-p" of "no:cacheprovider" (FAST_AB's first "-p")
     result = pytester.runpytest(
-        *FAST_AB, "--gpuperf-json", "r.json", "--gpuperf-markdown", "r.md", "--junitxml", "j.xml", "--gpuperf-update"
+        *with_cache, "--gpuperf-json", "r.json", "--gpuperf-markdown", "r.md", "--junitxml", "j.xml", "--gpuperf-update"
     )
     out = result.stdout.str()
     assert result.ret == 0, out
@@ -107,6 +109,8 @@ def test_unchanged_tree_passes_with_both_sides_in_every_report(pytester: pytest.
     (baseline,) = (root / "baselines").glob("*.yaml")  # --gpuperf-update: written from the B side
     assert "test_perf.py::test_step[cpu]" in baseline.read_text()
     assert not list(Path(p) for p in git(root, "worktree", "list").splitlines()[1:])  # worktree removed
+    # Both sides' workers share one cache inside the controller's: roofs measured once, the same for A and B.
+    assert list((root / ".pytest_cache" / "d" / "gpuperf-ab-workers").rglob("*roofs*"))
 
 
 def test_five_times_the_work_fails_and_new_and_removed_tests_are_listed(pytester: pytest.Pytester) -> None:

@@ -154,6 +154,9 @@ class AbRunner:
     max_processes: int = 4
     timeout: float = 3600.0
     scratch: Path = field(default_factory=lambda: Path("."))
+    #: pytest cache folder the workers of both sides share (roofs measured once, the same roofs for A and B);
+    #: None: workers run without a cache.
+    cache_dir: Path | None = None
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
         """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``."""
@@ -168,8 +171,7 @@ class AbRunner:
             "--rootdir",
             str(side.rootdir),
             "-q",
-            "-p",
-            "no:cacheprovider",
+            *(["-o", f"cache_dir={self.cache_dir}"] if self.cache_dir is not None else ["-p", "no:cacheprovider"]),
             *self.extra_args,
         ]
 

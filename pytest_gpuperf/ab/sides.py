@@ -92,6 +92,21 @@ def worker_args(config: pytest.Config, session: GpuperfSession) -> list[str]:
     return args + forwarded_flags(config)
 
 
+def workers_cache(config: pytest.Config) -> Path | None:
+    """A folder in the controller's pytest cache for both sides' workers (None when it runs without a cache).
+
+    The workers keep their measured roofs there: each roof is measured once per machine instead of in every
+    worker process, and both sides classify bounds against the same roofs.
+    """
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    try:
+        return Path(cache.mkdir("gpuperf-ab-workers"))
+    except OSError:
+        return None
+
+
 def build_runner(
     config: pytest.Config, session: GpuperfSession, worktree: Worktree, tree: Path
 ) -> tuple[AbRunner, list[str]]:
@@ -124,6 +139,7 @@ def build_runner(
         max_processes=get_option(config, "--gpuperf-ab-max-processes"),
         timeout=get_option(config, "--gpuperf-ab-timeout"),
         scratch=scratch,
+        cache_dir=workers_cache(config),
     )
     try:
         built = untracked_extensions(tree, packages)
