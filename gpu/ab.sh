@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A/B against a git ref on one H200 (issue 15), about 9 minutes:
 #  1. triton.testing.do_bench checks the changed GEMMs' real cost: bf16 8192 x K x 8192, K 4096 (base),
-#     4512 (+10% FLOPs, same kernel family: K a multiple of 32) and 3264 (-20%);
+#     4480 (+9.4% of the same main loop: whole 64-wide K tiles; 4512 is a partial tile) and 3264 (-20%);
 #  2. benchmarks/bench_ab.py --device cuda: a scratch git repository whose perf test calls mylib.gemm; per run
-#     and case (unchanged, slower = K 4512, faster = K 3264) one `pytest --gpuperf --gpuperf-ab HEAD` (no baseline
+#     and case (unchanged, slower = K 4480, faster = K 3264) one `pytest --gpuperf --gpuperf-ab HEAD` (no baseline
 #     file; 2-4 worker processes per side), with the cost per test of both sides' workers. RUNS (default 4) runs
 #     per case, cases interleaved, no new run after 400 s. MODES=ab,stored adds stored-baseline runs next to them;
 #     CASES=unchanged,slower spends a second call on the two cases the gate must get right.
@@ -26,7 +26,7 @@ def gemm_ms(k):
 
 base = gemm_ms(4096)
 print(f"do_bench bf16 8192xKx8192 K=4096: {base * 1e3:.1f} us")
-for k in (4512, 3264):
+for k in (4480, 3264):
     ms = gemm_ms(k)
     print(f"do_bench K={k}: {ms * 1e3:.1f} us, {(ms / base - 1) * 100:+.1f}% vs K=4096 (FLOPs {(k / 4096 - 1) * 100:+.1f}%)")
 PY
