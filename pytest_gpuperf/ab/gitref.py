@@ -123,27 +123,20 @@ class Worktree:
 
 def _process_identity(pid: int) -> str:
     """``pid`` and, where /proc has it, the process's start time (a recycled pid does not match it)."""
-    try:
-        started = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        started = ""
-    return f"{pid} {started}".strip()
+    from pytest_gpuperf.distributed.processes import process_start_time
+
+    return f"{pid} {process_start_time(pid)}".strip()
 
 
 def _owner_alive(holder: Path) -> bool:
     """True unless ``holder``'s owner file names a process that no longer runs (a killed A/B run)."""
+    from pytest_gpuperf.distributed.processes import process_alive
+
     try:
-        recorded = (holder / OWNER_FILE).read_text().split()
-        pid = int(recorded[0])
-    except (OSError, ValueError, IndexError):
+        pid, *started = (holder / OWNER_FILE).read_text().split()
+        return process_alive(int(pid), started[0] if started else "")
+    except (OSError, ValueError):
         return True  # not ours to judge: leave it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _process_identity(pid).split() == recorded or len(recorded) == 1
 
 
 def sweep_stale(repo: Path) -> list[Path]:
