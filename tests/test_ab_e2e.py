@@ -204,6 +204,41 @@ def test_xdist_workers_run_both_sides_of_their_tests_and_the_controller_reports_
     assert not git(root, "worktree", "list").splitlines()[1:]  # the controller removed the shared worktree
 
 
+PID_TESTS = """
+import os
+
+import torch
+
+from mylib import step
+
+torch.set_num_threads(1)
+
+
+def _note(name):
+    with open(os.path.join(os.path.dirname(__file__), name + ".pids"), "a") as out:
+        out.write(f"{{os.getpid()}}\\n")
+
+
+@pytest.mark.parametrize("n", [{sizes}])
+def test_sized(gpuperf, n):
+    _note(f"sized{{n}}")
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)) / 10
+    gpuperf.measure(lambda: step(a), items=n, unit="rows")
+"""
+
+
+def test_under_dist_loadfile_an_xdist_worker_measures_a_whole_file_in_one_round_of_processes(
+    pytester: pytest.Pytester,
+) -> None:
+    root = make_repo(pytester)
+    (root / "test_perf.py").write_text("import pytest\n" + PID_TESTS.format(sizes="64, 96"))
+    git(root, "commit", "-qam", "two sizes")
+    result = pytester.runpytest(*FAST_AB, "-n", "1", "--dist", "loadfile")
+    result.assert_outcomes(passed=2)
+    small, large = ({int(p) for p in (root / f"sized{n}.pids").read_text().split()} for n in (64, 96))
+    assert small == large and len(small) >= 2  # the same B worker processes ran both (A writes in its worktree)
+
+
 DIST_TEST = """
 import pytest
 import torch

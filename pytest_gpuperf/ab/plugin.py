@@ -50,6 +50,8 @@ AB_OPTIONS: list[tuple[Any, ...]] = [
 STATE_KEY = pytest.StashKey["AbState"]()
 ENV_WORKTREE = "GPUPERF_AB_WORKTREE"
 ENV_SHA = "GPUPERF_AB_SHA"
+#: The controller's ``--dist`` mode (xdist sets ``dist = "no"`` in its workers' own options).
+ENV_DIST = "GPUPERF_AB_DIST"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "gpuperf-ab")  # collects A/B results from reports (and xdist's)
     if state.worktree.owned:
         os.environ[ENV_WORKTREE], os.environ[ENV_SHA] = str(state.worktree.path), state.worktree.sha
+        os.environ[ENV_DIST] = str(getattr(config.option, "dist", "no"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -92,6 +95,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state.worktree.owned:
         os.environ.pop(ENV_WORKTREE, None)
         os.environ.pop(ENV_SHA, None)
+        os.environ.pop(ENV_DIST, None)
     state.worktree.remove()
 
 
@@ -116,7 +120,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if state is None or not state.is_perf(pyfuncitem):
         return None
     if state.is_xdist_worker and pyfuncitem.nodeid not in state.handled:
-        state.run_items([pyfuncitem])  # both sides of this test on this worker's GPU
+        state.run_items(state.batch_for(pyfuncitem))  # both sides on this worker's GPU
     return state.apply(pyfuncitem)
 
 

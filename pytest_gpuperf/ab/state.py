@@ -117,6 +117,18 @@ class AbState:
         if scanner is not None:
             scanner.join()
 
+    def batch_for(self, item: pytest.Item) -> list[pytest.Item]:
+        """The tests an xdist worker measures together with ``item``: its whole file under ``--dist loadfile``.
+
+        Under ``loadfile`` every test of a file comes to this worker, so one round of worker processes per side
+        serves them all (4 process starts per file instead of per test); under other modes a test's neighbours
+        may go to another worker, so only ``item`` is measured.
+        """
+        if os.environ.get("GPUPERF_AB_DIST") != "loadfile":  # the controller's mode (see ab.plugin.ENV_DIST)
+            return [item]
+        path = item.path
+        return [i for i in item.session.items if i.path == path and i.nodeid not in self.handled] or [item]
+
     def run_items(self, items: list[pytest.Item]) -> None:
         """Run the A/B rounds for the perf tests among ``items`` (those not skipped by a marker)."""
         nodeids = [i.nodeid for i in items if self.is_perf(i) and i.get_closest_marker("skip") is None]
