@@ -9,9 +9,17 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_gpuperf.distributed import channel, pool
-from pytest_gpuperf.distributed.channel import AuthenticationError, AuthListener, connect, new_key
+from pytest_gpuperf.distributed.channel import (
+    AuthenticationError,
+    AuthListener,
+    connect,
+    new_key,
+    recv_message,
+    send_message,
+)
 from pytest_gpuperf.distributed.tasks import STATUS_OK, RankTask
 
 
@@ -58,8 +66,9 @@ def test_a_peer_without_the_key_is_refused_before_its_pickle_is_loaded_and_a_key
         conn = _accept(listener)
         worker.join(30)
         assert conn is not None and results, "the keyed worker was not accepted"
-        results[0].send({"hello": 1})
-        assert conn.recv() == {"hello": 1}
+        send_message(results[0], {"hello": 1, "weights": torch.arange(6.0)})  # a tensor travels by value
+        message = recv_message(conn)
+        assert message["hello"] == 1 and torch.equal(message["weights"], torch.arange(6.0))
         assert not marker.exists(), "a pickle from an unauthenticated peer was loaded"
         assert listener.rejected >= 2
         for sock in (hostile, staller, big):

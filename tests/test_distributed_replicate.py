@@ -86,6 +86,17 @@ def test_e_takes_an_unpicklable_fixture(gpuperf, unpicklable):
     pass
 
 
+@pytest.fixture(scope="module")
+def model(gpuperf_device):
+    torch.manual_seed(0)
+    return torch.nn.Linear(32, 8).to(gpuperf_device)  # the README's module-scoped model fixture
+
+
+def test_g_uses_a_module_scoped_model(gpuperf, model):
+    x = torch.randn(16, 32)
+    gpuperf.record("out_features", float(model(x).shape[1]), unit="x")
+
+
 class TestF:
     def setup_method(self, method):
         self.width = 32  # set on each fresh instance, as pytest does
@@ -102,7 +113,7 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_replicas=TESTS)
     result = pytester.runpytest("--gpuperf", *fast_args)
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=7)
     records = {r["test"]: r for r in map(json.loads, (pytester.path / "replicas.jsonl").read_text().splitlines())}
 
     first, again = records["test_a_measures[3-cpu]"]["calls"]
@@ -127,6 +138,9 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     d_first = records["test_d_dies_in_a_worker[cpu]"]["calls"][0]
     assert [run["status"] for run in d_first] == ["died", "died"]
     assert "last words before os._exit" in d_first[0]["error"]
+
+    g_first, _ = records["test_g_uses_a_module_scoped_model[cpu]"]["calls"]  # tensors travel by value
+    assert [run["metrics"] for run in g_first] == [{"out_features": 8.0}, {"out_features": 8.0}], g_first
 
     f_first, _ = records["test_method[cpu]"]["calls"]  # a method runs on a fresh instance, setup_method first
     assert [run["metrics"] for run in f_first] == [{"width": 32.0}, {"width": 32.0}]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 CONFTEST = """
@@ -60,3 +63,15 @@ def test_a_project_from_the_readme_records_passes_unchanged_and_fails_a_bigger_m
     bigger.stdout.fnmatch_lines(
         ["FAILED test_model_perf.py::test_forward[[]64-cpu[]] - peak memory +100.0% > +2.0% (512.00 KiB -> 1.00 MiB)*"]
     )
+
+
+def test_the_readme_gitignore_snippet_ignores_what_it_names(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    snippet = readme.split("```gitignore\n", 1)[1].split("```", 1)[0]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(snippet)
+    paths = ["gpuperf-artifacts/trace.json", "gpuperf-reports/perf.md", ".pytest_cache/v/cache/lastfailed"]
+    ignored = subprocess.run(
+        ["git", "-C", str(tmp_path), "check-ignore", "--no-index", *paths], capture_output=True, text=True
+    ).stdout.split()
+    assert ignored == paths

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import pickle
 import queue
 import socket
 import threading
@@ -81,6 +82,22 @@ def connect(address: str, key: bytes, timeout: float = 60.0) -> Connection:
         conn.close()
         raise
     return conn
+
+
+def send_message(conn: Connection, message: object) -> None:
+    """Send ``message`` pickled by the standard pickler: tensors travel by value.
+
+    ``Connection.send`` uses multiprocessing's pickler, for which torch registers reducers that share a CPU
+    tensor's storage through a file descriptor handed over by ``multiprocessing.resource_sharer``, a connection
+    authenticated with the *sending process's* ``authkey``, which a pool worker does not have: a test whose
+    fixture held a tensor (the README's module-scoped model) died in the worker with "digest received was wrong".
+    """
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def recv_message(conn: Connection) -> object:
+    """Receive a message sent with :func:`send_message` (only on an authenticated connection)."""
+    return pickle.loads(conn.recv_bytes())
 
 
 class AuthListener:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from pytest_gpuperf.distributed.channel import AuthListener, new_key
+from pytest_gpuperf.distributed.channel import AuthListener, new_key, recv_message, send_message
 from pytest_gpuperf.distributed.env import process_env, torchrun_command
 from pytest_gpuperf.distributed.processes import kill_group, make_pool_dir, process_start_time, remove_pool_dir
 from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, RankResult, RankTask
@@ -190,7 +190,7 @@ class RankPool:
                 if not conn.poll(10):  # authenticated: the hello is a pickle from one of our ranks
                     conn.close()
                     continue
-                hello = conn.recv()
+                hello: dict = recv_message(conn)  # type: ignore[assignment]
                 self.ranks[int(hello["rank"])] = _Rank(int(hello["rank"]), int(hello["pid"]), conn)
         except BaseException:
             self.close(graceful=False)
@@ -225,7 +225,7 @@ class RankPool:
         pending: dict[Connection, int] = {}
         for rank in self.ranks.values():
             try:
-                rank.conn.send(("run", task))
+                send_message(rank.conn, ("run", task))
                 pending[rank.conn] = rank.rank
             except OSError:
                 outcome.died.append(rank.rank)
@@ -240,7 +240,7 @@ class RankPool:
             for conn in wait(list(pending), timeout=min(0.5, limit - now)):
                 rank = pending.pop(conn)  # type: ignore[call-overload]
                 try:
-                    result: RankResult = conn.recv()  # type: ignore[union-attr]
+                    result: RankResult = recv_message(conn)  # type: ignore[arg-type, assignment]
                 except (EOFError, OSError):
                     outcome.died.append(rank)
                     continue
@@ -285,7 +285,7 @@ class RankPool:
         if graceful and self.alive:
             for rank in self.ranks.values():
                 try:
-                    rank.conn.send(("stop",))
+                    send_message(rank.conn, ("stop",))
                 except OSError:
                     pass
             try:

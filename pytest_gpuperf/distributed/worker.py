@@ -76,7 +76,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from pytest_gpuperf.backends import get_backend
-    from pytest_gpuperf.distributed.channel import connect
+    from pytest_gpuperf.distributed.channel import connect, recv_message, send_message
     from pytest_gpuperf.distributed.env import DIST_BACKENDS
     from pytest_gpuperf.distributed.rank_runner import cleanup_process_groups, run_task
     from pytest_gpuperf.distributed.tasks import RankInfo
@@ -93,10 +93,10 @@ def main() -> int:
     info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS.get(backend_name, ""))
     backend = get_backend(backend_name)
     conn = connect(os.environ["GPUPERF_POOL_ADDR"], bytes.fromhex(os.environ["GPUPERF_POOL_KEY"]))
-    conn.send({"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
+    send_message(conn, {"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
     while True:
         try:
-            message = conn.recv()
+            message: tuple = recv_message(conn)  # type: ignore[assignment]
         except (EOFError, OSError):
             break
         if message[0] == "stop":
@@ -108,7 +108,7 @@ def main() -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         result.dirty = cleanup_process_groups(solo)
-        conn.send(result)
+        send_message(conn, result)
         if result.dirty:
             break
     if dist.is_initialized():
