@@ -59,8 +59,21 @@ class GpuperfSession:
             context = judging.contexts[node_id]
             wanted = getattr(self.settings, "processes", 0) or default_processes(context.backend.is_host_cpu())
             if wanted > 1:
-                runs, _ = self._fresh_runs(item, wanted - 1)
+                runs, note = self._fresh_runs(item, wanted - 1)
                 judging.merge_processes(node_id, [{m.name: m for m in run} for run in runs])
+                if len(runs) < wanted - 1:
+                    import warnings
+
+                    from pytest_gpuperf.results import GpuperfWarning
+
+                    why = f": {note}" if note else ""
+                    warnings.warn(
+                        GpuperfWarning(
+                            f"{node_id}: baseline recorded from {1 + len(runs)} of {wanted} processes; "
+                            f"{wanted - 1 - len(runs)} fresh process(es) did not finish the test{why}"
+                        ),
+                        stacklevel=1,
+                    )
         elif self.settings.confirm and suspects(judging.verdicts.get(node_id, [])):
             runs, note = self._fresh_runs(item, 1)
             judging.confirm_stored(node_id, {m.name: m for m in runs[0]} if runs else None, note)

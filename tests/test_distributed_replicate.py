@@ -148,7 +148,14 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     e_calls = records["test_e_takes_an_unpicklable_fixture[cpu]"]["calls"]
     assert "cannot be sent to another process" in e_calls[0]["error"]
     assert "'unpicklable'" in e_calls[0]["error"]
-    result.stdout.fnmatch_lines(["*gpuperf replicas: * run(s) in fresh processes on * worker start(s)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*gpuperf replicas: * run(s) in fresh processes on * worker start(s)*",
+            "*gpuperf replicas: 6 run(s) did not finish; * First: "
+            "test_replicas.py::test_c_raises_in_a_worker[[]cpu[]]: "
+            "error: ValueError: only in the worker",
+        ]
+    )
 
 
 def test_replicating_needs_gpuperf(pytester: pytest.Pytester, fast_args: list[str]) -> None:
@@ -158,3 +165,28 @@ def test_replicating_needs_gpuperf(pytester: pytest.Pytester, fast_args: list[st
     result.assert_outcomes(passed=1)
     record = json.loads((pytester.path / "replicas.jsonl").read_text())
     assert "needs --gpuperf" in record["calls"][0]["error"]
+
+
+def test_a_baseline_recorded_from_fewer_processes_than_asked_says_so(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(
+        test_partial="""
+import os
+import torch
+
+def test_only_here(gpuperf):
+    if os.environ.get("GPUPERF_POOL_WORKER"):
+        raise ValueError("not in a worker")
+    x = torch.randn(64, 64)
+    gpuperf.measure(lambda: x @ x)
+"""
+    )
+    result = pytester.runpytest("--gpuperf-update", *fast_args, "--gpuperf-processes", "3")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_only_here[[]cpu[]]: baseline recorded from 1 of 3 processes; 2 fresh process(es) did not finish*",
+            "*gpuperf replicas: 2 run(s) did not finish*ValueError: not in a worker",
+        ]
+    )

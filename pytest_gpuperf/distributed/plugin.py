@@ -167,12 +167,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_gpuperf_run_in_fresh_processes(item: pytest.Item, processes: int) -> list[list[Any]] | None:
     """Run ``item`` again in fresh worker processes (replica pool); each successful run's metrics."""
-    from pytest_gpuperf.distributed.replicate import run_in_fresh_processes
+    from pytest_gpuperf.distributed.replicate import last_line, run_in_fresh_processes
 
     runs = run_in_fresh_processes(item, processes)  # type: ignore[arg-type]
     done = [run.metrics for run in runs if run.ok]
     if not done and runs:
-        raise RuntimeError(f"no fresh process finished the test: {runs[0].status}: {runs[0].error[-300:]}")
+        raise RuntimeError(f"no fresh process finished the test ({runs[0].status}: {last_line(runs[0].error)})")
     return done
 
 
@@ -210,3 +210,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(
             f"gpuperf replicas: {replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)"
         )
+        if replicas.failures:
+            terminalreporter.write_line(
+                f"gpuperf replicas: {len(replicas.failures)} run(s) did not finish; their tests were judged or "
+                f"recorded without them. First: {replicas.failures[0]}",
+                yellow=True,
+            )

@@ -105,6 +105,8 @@ class ReplicaPool:
     workers: list[_Worker] = field(default_factory=list)
     started: int = 0
     runs: int = 0
+    #: ``node id: status: last line of the error`` of each run that did not finish (for the session summary).
+    failures: list[str] = field(default_factory=list)
     _keep: dict[str, int] = field(default_factory=dict)
 
     def run(self, task: RankTask, processes: int, timeout: float) -> list[ReplicaRun]:
@@ -119,6 +121,8 @@ class ReplicaPool:
             worker.ran.add(task.node_id)
             self.runs += 1
             runs.append(_replica_run(worker.pool, outcome, timeout))
+            if not runs[-1].ok:
+                self.failures.append(f"{task.node_id}: {runs[-1].status}: {last_line(runs[-1].error)}")
             if outcome.broken or not worker.pool.alive:
                 self._drop(worker)
         self._trim(task.backend)
@@ -160,6 +164,12 @@ class ReplicaPool:
         workers, self.workers = self.workers, []
         for worker in workers:
             worker.pool.close(graceful=graceful)
+
+
+def last_line(error: str) -> str:
+    """The last non-empty line of an error text (a traceback's exception line), at most 200 characters."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"
 
 
 def _replica_run(pool: RankPool, outcome: PoolOutcome, timeout: float) -> ReplicaRun:
