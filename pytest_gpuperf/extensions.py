@@ -41,6 +41,15 @@ class MeasureContext:
         entry = self.judging.entry(self.test, metric_name)
         return entry.get("value") if entry else None
 
+    def recorded_value(self, metric_name: str) -> Any:
+        """The value the baseline file holds for one of this test's metrics, also under ``--gpuperf-update``.
+
+        A re-record classifies a step near a class boundary as the file does (the hysteresis the judge applies),
+        so an unchanged re-record leaves the line as it is; None under ``--gpuperf-update-all`` or without one.
+        """
+        entry = self.judging.stored_entry(self.test, metric_name)
+        return entry.get("value") if entry else None
+
 
 #: The narrow callable a :class:`~pytest_gpuperf.fixture.GpuPerf` calls after timing (the hook, or nothing).
 AfterMeasure = Callable[[MeasureContext], list["Metric"]]

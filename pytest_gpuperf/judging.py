@@ -73,6 +73,13 @@ class Judging:
         entry = self.entries(context).get(metric_name)
         return entry if isinstance(entry, dict) else None
 
+    def stored_entry(self, context: TestContext, metric_name: str) -> dict[str, Any] | None:
+        """The entry the baseline file holds, also when recording; None under ``--gpuperf-update-all``."""
+        if self.updater is not None and self.updater.update_all:
+            return None
+        entry = self.entries(context).get(metric_name)
+        return entry if isinstance(entry, dict) else None
+
     # -- tolerances --------------------------------------------------------------------------
     def tolerance(self, context: TestContext, metric_name: str, kind: str) -> float:
         """Tolerance of one metric: marker per metric, marker per kind, then the ini default.

@@ -155,6 +155,19 @@ def test_update_collects_entries_per_file_without_probe_fields(tmp_path: Path) -
     assert not {"normalized", "reference"} & set(metric_to_entry(metric))
 
 
+def test_a_re_record_sees_the_stored_class_for_its_hysteresis_unless_every_entry_is_rewritten(tmp_path: Path) -> None:
+    from pytest_gpuperf.extensions import MeasureContext
+
+    stored = {"step.bound": {"value": "latency-bound", "unit": "", "better": "equal", "kind": "category"}}
+    judging = Judging(settings(tmp_path, update=True), FixedBaselines(stored))
+    context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
+    measured = MeasureContext(context, lambda: None, "step", None, [], judging)  # type: ignore[arg-type]
+    assert measured.baseline_value("step.bound") is None  # nothing is judged while recording
+    assert measured.recorded_value("step.bound") == "latency-bound"  # but a class near its boundary stays put
+    judging.updater = SimpleNamespace(update_all=True)  # type: ignore[assignment]
+    assert measured.recorded_value("step.bound") is None  # --gpuperf-update-all: classified afresh
+
+
 def test_the_context_is_frozen_and_refuses_unknown_marker_keys() -> None:
     context = build_context(NODE, FakeBackend(), {"max_time": 1.0}, world_size=1)  # type: ignore[arg-type]
     assert isinstance(context, TestContext) and context.options["max_time"] == 1.0

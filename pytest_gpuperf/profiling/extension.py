@@ -113,8 +113,8 @@ class ProfilingExtension:
         return metrics
 
     def _baseline_value(self, context: MeasureContext, metric: str) -> str | None:
-        """The class the baseline holds for ``metric`` (None under ``--gpuperf-update`` or without one)."""
-        value = context.baseline_value(metric)
+        """The class the baseline file holds for ``metric`` (also when re-recording; see ``recorded_value``)."""
+        value = context.recorded_value(metric)
         return value if isinstance(value, str) else None
 
     # -- torch.profiler -------------------------------------------------------------
