@@ -248,6 +248,16 @@ def test_a_renamed_test_lists_its_old_entry_as_stale(pytester: pytest.Pytester) 
     quiet.stdout.no_fnmatch_line("*b2*<-*")
 
 
+def test_a_brand_new_test_file_run_alone_is_not_a_mismatch(pytester: pytest.Pytester) -> None:
+    _setup(pytester, {"a": {"mem": 1, "score": 1.0, "kind": "x"}})
+    pytester.runpytest("--gpuperf-update", *FLAGS).assert_outcomes(passed=1)
+    pytester.makepyfile(test_new="def test_fresh(gpuperf):\n    gpuperf.record('mem', 5.0, 'B', 'lower')\n")
+    result = pytester.runpytest("--gpuperf", *FLAGS, "test_new.py")  # the other file's entries are not its keys
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*found no entry*")
+    result.stdout.no_fnmatch_line("*<-*")
+
+
 def test_xdist_workers_keep_unchanged_entries_and_the_controller_adds_up_what_each_wrote(
     pytester: pytest.Pytester,
 ) -> None:

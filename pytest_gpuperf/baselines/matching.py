@@ -51,8 +51,17 @@ def match_file(
     modules = {module_of(n) for n in collected}
     stale = [k for k in unmatched if module_of(k) in modules or not (rootdir / module_of(k)).exists()]
     result = FileMatch(file, len(keys), sorted(set(missing)), len(set(ran)), stale)
+    gone = {k for k in unmatched if not (rootdir / module_of(k)).exists()}
     for test in result.missing:
-        close = closest_key(test, unmatched)
+        # Only keys the test could have had: the same id under another rootdir, a key of its own module (a
+        # renamed test), or one whose module is gone (a moved file). Keys of modules this run did not select
+        # are someone else's: a brand-new test run alone is not a mismatch.
+        candidates = [
+            k
+            for k in unmatched
+            if k in gone or module_of(k) == module_of(test) or test.endswith("/" + k) or k.endswith("/" + test)
+        ]
+        close = closest_key(test, candidates)
         if close:
             result.closest[test] = close
     return result
