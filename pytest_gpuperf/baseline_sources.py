@@ -83,6 +83,7 @@ class FileBaselines:
         path = self.path(context)
         if path not in self._files:
             fingerprint = self.fingerprint(context)
+            problem = None
             try:
                 loaded = self.loader()(path)
                 if loaded is not None and identity(loaded.fingerprint) != identity(fingerprint):
@@ -93,7 +94,9 @@ class FileBaselines:
                         2,
                     )
             except BaselineError as exc:
-                pytest.fail(f"pytest-gpuperf: {exc}", pytrace=False)
+                problem = f"pytest-gpuperf: {exc}"
+            if problem is not None:
+                pytest.fail(problem, pytrace=False)  # outside the except: no "During handling of ..." echo
             self._files[path] = loaded
         return self._files[path]
 
