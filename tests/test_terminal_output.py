@@ -117,6 +117,16 @@ def test_limits_are_printed_in_the_direction_of_the_change() -> None:
     assert verdict_word(ok) == "ok"  # -30.0% is inside -33.3%: nothing else decided it
 
 
+def test_an_informational_metric_shows_its_change_but_no_limit() -> None:
+    from pytest_gpuperf.reporting.markdown import SECTIONS
+    from pytest_gpuperf.reporting.verdict_text import change_text, limit_text
+
+    tripled = _verdict(label="time", unit="s", baseline=44.5e-6, value=145e-6, ratio=None, status="info")
+    assert change_text(tripled) == "+225.8%" and limit_text(tripled) == ""  # seen, not judged
+    assert change_text({**tripled, "baseline": None}) == ""
+    assert [title for statuses, title in SECTIONS if "info" in statuses] == ["Informational (recorded, not judged)"]
+
+
 def test_a_confidence_interval_that_decides_is_stated() -> None:
     held = _verdict(baseline=1.0, value=1.3, ratio=1.3, tolerance=0.05, status="unchanged", ci=[0.9, 1.6])
     assert verdict_word(held) == "ok (95% CI -10.0%..+60.0% includes no change)"

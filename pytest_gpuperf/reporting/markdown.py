@@ -24,7 +24,8 @@ SECTIONS = (
     (("improvement",), "Improvements"),
     (("inconclusive",), "Inconclusive"),
     (("new",), "No baseline yet"),
-    (("unchanged", "info"), "Unchanged"),
+    (("unchanged",), "Unchanged"),
+    (("info",), "Informational (recorded, not judged)"),
     (("recorded",), "Recorded"),
 )
 ICONS = {
@@ -143,12 +144,12 @@ def render_markdown(
     lines += ["**Devices**", "", *_fingerprint_lines(gp["devices"]), ""]
     for statuses, title in SECTIONS:
         rows = [(r, v) for r in records for v in r.verdicts if v["status"] in statuses]
-        if not rows or all(v["status"] == "info" for _, v in rows):
+        if not rows:
             continue
         tests = len({r.nodeid for r, _ in rows})
         count = f"{len(rows)} metric{'s' if len(rows) != 1 else ''} of {tests} test{'s' if tests != 1 else ''}"
         body = [HEADER, RULE, *[_row(r, v) for r, v in rows]]
-        if statuses[0] == "unchanged":
+        if statuses[0] in ("unchanged", "info"):
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]

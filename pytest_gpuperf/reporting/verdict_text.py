@@ -73,8 +73,18 @@ def numeric(verdict: dict[str, Any]) -> bool:
 
 
 def change_text(verdict: dict[str, Any]) -> str:
-    """``+27.6%`` (the metric's own change against its baseline), or ``""``."""
-    return format_change(float(verdict["ratio"])) if numeric(verdict) else ""
+    """``+27.6%`` (the metric's own change against its baseline), or ``""``.
+
+    An informational metric (recorded, never judged: a step's time when its throughput is judged) shows its
+    change too, so a reader sees a tripled time even though the throughput beside it decides.
+    """
+    if numeric(verdict):
+        return format_change(float(verdict["ratio"]))
+    if verdict.get("status") == "info" and verdict.get("kind") != "category":
+        value, baseline = _number(verdict.get("value")), _number(verdict.get("baseline"))
+        if value is not None and baseline is not None and baseline > 0:
+            return format_change(value / baseline)
+    return ""
 
 
 def limit_text(verdict: dict[str, Any]) -> str:
