@@ -59,7 +59,7 @@ OPTIONS: list[OptionSpec] = [
         "with no baseline, stop when the judged quantile's 95% half-width < this",
         {"above": 0, "metavar": "FRACTION"},
     ),
-    ("--gpuperf-no-reference", "bool", False, "do not time the drift reference workload next to each step"),
+    ("--gpuperf-no-reference", "bool", False, "no effect: the drift reference was removed; kept for old command lines"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
     (
         "--gpuperf-processes",
