@@ -119,7 +119,7 @@ class GpuperfSession:
         """Collect verdicts from reports (also those coming back from xdist workers)."""
         data = getattr(report, REPORT_ATTR, None)
         if report.when == "call" and data:
-            self.reported.append((report.nodeid, data, data.get("verdicts", [])))
+            self.reported.append((report.nodeid, {**data, "outcome": report.outcome}, data.get("verdicts", [])))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The per-test metric table: baseline, measured, change, verdict."""

@@ -60,7 +60,10 @@ def test_rerecording_unchanged_code_gives_a_zero_line_diff_and_a_moved_metric_on
     again.assert_outcomes(passed=2)
     assert path.read_text() == first
     again.stdout.fnmatch_lines(
-        ["*baselines recorded in: *cpu-*.yaml: 2 test(s), 0 entr(ies) written, 6 kept*unchanged*"]
+        [
+            "gpuperf: 2 tests, 6 metrics: 6 kept within tolerance (*)",  # the summary line agrees with the file's
+            "*baselines recorded in: *cpu-*.yaml: 2 test(s), 0 entr(ies) written, 6 kept*unchanged*",
+        ]
     )
 
     values["a"]["mem"] = 1_010_000  # +1%: within the 5% memory tolerance
@@ -93,7 +96,10 @@ def test_a_failing_test_never_becomes_its_own_baseline(pytester: pytest.Pytester
     result = pytester.runpytest("--gpuperf-update", *FLAGS)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["*baselines not recorded for 1 test(s) that did not pass: *test_case[[]*wrong*[]] (failed)*"]
+        [
+            "gpuperf: 2 tests, 6 metrics: 3 recorded, 3 not recorded (test failed) (*)",
+            "*baselines not recorded for 1 test(s) that did not pass: *test_case[[]*wrong*[]] (failed)*",
+        ]
     )
     tests = yaml.safe_load(_file(pytester).read_text())["tests"]
     assert len(tests) == 1 and "good" in next(iter(tests))

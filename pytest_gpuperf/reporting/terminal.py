@@ -97,9 +97,16 @@ def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, An
             devices.append(device)
         for verdict in verdicts:
             status = str(verdict.get("status"))
-            counts["ok" if status == "unchanged" else STATUS_WORDS.get(status, status)] += 1
+            word = "ok" if status == "unchanged" else STATUS_WORDS.get(status, status)
+            if status == "recorded":  # what --gpuperf-update did with it: the file line says the same
+                if data.get("outcome") == "failed":
+                    word = "not recorded (test failed)"
+                elif (verdict.get("extra") or {}).get("baseline_kept"):
+                    word = "kept within tolerance"
+            counts[word] += 1
     metrics = sum(counts.values())
-    order = ["ok", "REGRESSION", "CHANGED", "improved", "no baseline", "inconclusive", "recorded", "-"]
+    order = ["ok", "REGRESSION", "CHANGED", "improved", "no baseline", "inconclusive", "recorded"]
+    order += ["kept within tolerance", "not recorded (test failed)", "-"]
     parts = [f"{counts[w]} {'informational' if w == '-' else w}" for w in order if counts[w]]
     parts += [f"{n} {w}" for w, n in counts.items() if w not in order]
     where = f" ({', '.join(devices)})" if devices else ""
