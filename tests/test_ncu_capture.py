@@ -174,6 +174,8 @@ def test_a_disagreement_says_which_verdict_to_believe() -> None:
     tensor = 16384 * 4096 * 2
     line = classify(0, 4 * tensor, 180e-6, H200)  # no FLOPs counted: the bandwidth side (70% of the roof)
     assert line.bound == MEMORY_BOUND
+    assert "no FLOPs counted" in line.explain() and "measure(flops=...)" in line.explain()  # not a real 0 FLOP/s
+    assert "no FLOPs counted" not in classify(2 * 8192**3, 3 * 8192**2 * 2, 1.4e-3, H200).explain()
 
     class Capture:
         pass

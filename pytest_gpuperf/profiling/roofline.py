@@ -200,6 +200,11 @@ class Roofline:
             f", {self.achieved_bandwidth / 1e9:.3g} GB/s of {self.peak_bandwidth / 1e9:.3g} measured; "
             f"roof share {share} (latency-bound below {self.latency_share:.0%})"
         )
+        if self.flops <= 0:  # an elementwise step: its FLOP rate and intensity read 0 because nothing was counted
+            text += (
+                "; no FLOPs counted (FlopCounterMode counts matmul/conv/attention only): the class rests on the "
+                "bytes; pass measure(flops=...) to count elementwise math"
+            )
         if self.device_busy is not None:
             text += f"; device busy {self.device_busy:.0%} of an eager step (host-bound below {HOST_BUSY_SHARE:.0%})"
         if self.over_roof:
