@@ -286,9 +286,16 @@ class GpuPerf:
         tensors and numpy scalars are converted with ``float()``; with ``unit="B"`` it is
         a memory size and must not be negative); anything else fails this test with a
         ``TypeError``/``ValueError`` naming the metric, and nothing is recorded.
+
+        A category is stored with ``better: equal``. An integer recorded with ``better="equal"`` (a parameter
+        count, a number of kernels) must stay exactly equal: its tolerance is 0 unless the marker's
+        ``tolerances={name: ...}`` gives one.
         """
+        exact = better == "equal" and _is_integer(value)
         value, kind = self._checked_record(name, value, unit, better)
-        metric = Metric(name, value, unit, better, kind)
+        metric = Metric(name, value, unit, "equal" if kind == "category" else better, kind)
+        if exact:
+            metric.tolerance = 0.0
         self.metrics.append(metric)
         if self.judging is not None:
             self.judging.store(self.context, self.judging.judge(self.context, [metric]))
@@ -312,6 +319,15 @@ class GpuPerf:
         if unit == "B":
             return non_negative_number(value, f"{what}: value"), KIND_MEMORY
         return finite_number(value, f"{what}: value"), KIND_CUSTOM
+
+
+def _is_integer(value: object) -> bool:
+    """True for a Python or numpy integer (not a bool): a count, compared exactly under ``better="equal"``."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return type(value).__module__ == "numpy" and "int" in type(value).__name__
 
 
 def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:

@@ -214,6 +214,24 @@ def test_record_judges_a_custom_metric_in_its_direction(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines(["*script: tokens per s 800 tokens/s < baseline 1 ktokens/s (-20.0%, tolerance 5%)*"])
 
 
+def test_an_integer_count_recorded_as_equal_is_exact_and_a_word_is_stored_as_equal(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    source = """
+    def test_count(gpuperf):
+        gpuperf.record("params", {count}, better="equal")
+        gpuperf.record("dtype", "bfloat16")
+    """
+    pytester.makepyfile(test_count=source.format(count=1_000_000))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    [path] = (pytester.path / "baselines").glob("*.yaml")
+    assert "better: equal" in path.read_text().split("dtype:", 1)[1]  # a category compares for equality
+    pytester.makepyfile(test_count=source.format(count=1_000_001))  # one parameter more: well inside 5%
+    result = pytester.runpytest("--gpuperf", *fast_args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*params*tolerance 0%*"])
+
+
 def test_marker_tolerance_overrides_the_default(pytester: pytest.Pytester, fast_args: list[str]) -> None:
     source = """
     import pytest
