@@ -97,7 +97,8 @@ class GpuperfSession:
         if not verdicts:
             return
         payload = [verdict_to_dict(v) for v in verdicts]
-        setattr(report, REPORT_ATTR, {"verdicts": payload, **self.judging.report_context(item.nodeid)})
+        context = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(item.nodeid)}
+        setattr(report, REPORT_ATTR, context)
         for verdict in verdicts:
             value = f"{verdict.metric.value} {verdict.metric.unit}".strip()
             prop = (f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]")
@@ -126,3 +127,14 @@ class GpuperfSession:
         from pytest_gpuperf.reporting.terminal import write_terminal_summary
 
         write_terminal_summary(terminalreporter, self, self.settings)
+
+
+def call_params(item: pytest.Item) -> dict[str, Any] | None:
+    """The test's parametrize values (JSON scalars as they are, anything else as its ``str``), or None."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    return {
+        name: value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+        for name, value in callspec.params.items()
+    }

@@ -49,6 +49,7 @@ def test_json_report_is_versioned_and_pytest_benchmark_compare_reads_it(
     [bench] = doc["benchmarks"]
     assert bench["fullname"] == "test_timed.py::test_matmul[cpu]"
     assert bench["name"] == "test_matmul[cpu]" and bench["param"] == "cpu"
+    assert bench["params"] == {"gpuperf_backend": "cpu"}  # the test's parametrize values, as pytest-benchmark does
     [test] = doc["gpuperf"]["tests"]
     time_metric = next(m for m in test["metrics"] if m["metric"] == "step.time")
     samples = time_metric["sample_values"]

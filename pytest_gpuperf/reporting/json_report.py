@@ -103,7 +103,7 @@ def benchmark_entries(record: TestRecord) -> list[dict[str, Any]]:
                 "group": describe(record.fingerprint),
                 "name": name,
                 "fullname": record.nodeid + suffix,
-                "params": None,
+                "params": record.data.get("params"),
                 "param": _param(record.nodeid),
                 "extra_info": extra,
                 "options": {"timer": "gpuperf device timer", "disable_gc": False, "warmup": True},
