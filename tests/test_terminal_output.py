@@ -127,6 +127,14 @@ def test_an_informational_metric_shows_its_change_but_no_limit() -> None:
     assert [title for statuses, title in SECTIONS if "info" in statuses] == ["Informational (recorded, not judged)"]
 
 
+def test_an_ab_table_names_its_columns_by_side() -> None:
+    from pytest_gpuperf.reporting.terminal import AB_HEADER, HEADER, header_for
+
+    ab = _verdict(extra={"ab": "A/B against HEAD (abc)"})
+    assert header_for([ab]) == AB_HEADER and AB_HEADER[1:3] == ["A (ref)", "B (tree)"]
+    assert header_for([ab, _verdict()]) == HEADER and header_for([]) == HEADER
+
+
 def test_a_confidence_interval_that_decides_is_stated() -> None:
     held = _verdict(baseline=1.0, value=1.3, ratio=1.3, tolerance=0.05, status="unchanged", ci=[0.9, 1.6])
     assert verdict_word(held) == "ok (95% CI -10.0%..+60.0% includes no change)"

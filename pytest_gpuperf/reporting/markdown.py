@@ -48,6 +48,7 @@ COUNT_WORDS = {
 }
 HEADLINE_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded")
 HEADER = "| test | metric | baseline | measured | change | limit | verdict |"
+AB_HEADER = "| test | metric | A (ref) | B (tree) | change | limit | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
 
 
@@ -148,7 +149,8 @@ def render_markdown(
             continue
         tests = len({r.nodeid for r, _ in rows})
         count = f"{len(rows)} metric{'s' if len(rows) != 1 else ''} of {tests} test{'s' if tests != 1 else ''}"
-        body = [HEADER, RULE, *[_row(r, v) for r, v in rows]]
+        ab = all((v.get("extra") or {}).get("ab") for _, v in rows)
+        body = [AB_HEADER if ab else HEADER, RULE, *[_row(r, v) for r, v in rows]]
         if statuses[0] in ("unchanged", "info"):
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue

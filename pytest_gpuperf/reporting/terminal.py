@@ -28,6 +28,15 @@ from pytest_gpuperf.reporting.verdict_text import (
 from pytest_gpuperf.units import format_value
 
 HEADER = ["metric", "baseline", "measured", "change", "limit", "verdict"]
+#: The same columns in an A/B run, where the "baseline" is REF's side and "measured" the working tree's.
+AB_HEADER = ["metric", "A (ref)", "B (tree)", "change", "limit", "verdict"]
+
+
+def header_for(verdicts: Iterable[dict[str, Any]]) -> list[str]:
+    """:data:`AB_HEADER` when every verdict comes from an A/B comparison, else :data:`HEADER`."""
+    listed = list(verdicts)
+    ab = bool(listed) and all((v.get("extra") or {}).get("ab") for v in listed)
+    return AB_HEADER if ab else HEADER
 
 
 class SummarySource(Protocol):
@@ -131,12 +140,13 @@ def write_terminal_summary(terminalreporter: Any, session: SummarySource, settin
         for node_id, data, verdicts in reported:
             device = (data.get("fingerprint") or {}).get("device_name", "?")
             tr.write_line(f"{node_id}  [{device}]")
-            for text in render_table([row(v) for v in verdicts], HEADER):
+            for text in render_table([row(v) for v in verdicts], header_for(verdicts)):
                 tr.write_line("    " + text)
     else:
-        rows = [[node_id, *row(v)] for node_id, _, verdicts in reported for v in verdicts if v["status"] in NOT_OK]
+        listed = [(node_id, v) for node_id, _, verdicts in reported for v in verdicts if v["status"] in NOT_OK]
+        rows = [[node_id, *row(v)] for node_id, v in listed]
         if rows:
-            for text in render_table(rows, ["test", *HEADER]):
+            for text in render_table(rows, ["test", *header_for(v for _, v in listed)]):
                 tr.write_line("  " + text)
             tr.write_line("  (every metric: pytest -v)")
     _write_notes(tr, reported, settings)
