@@ -283,7 +283,7 @@ def test_terminal_and_markdown_sections_show_both_sides() -> None:
     assert "WARNING: compiled extension" in text and "cost per test: A 3.0 s, B 3.5 s" in text
     markdown = "\n".join(markdown_lines(_summary()))
     assert markdown.startswith("### A/B against `origin/main` (`0123456789ab`): 1 REGRESSION")
-    row = "| `t.py::test_x[cpu]` | time | 1 s | 1.5 s | +50.0% | +50%, +50% | 25% | :red_circle: REGRESSION |"
+    row = "| `t.py::test_x[cpu]` | time | 1.00 s | 1.50 s | +50.0% | +50%, +50% | 25% | :red_circle: REGRESSION |"
     assert row in markdown
     assert json.dumps(_summary())  # JSON-able
 

@@ -56,12 +56,12 @@ def test_a_pr_that_loosens_its_baseline_is_still_judged_by_the_base_refs_and_the
     result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-baseline-ref", "main", "--gpuperf-json", "r.json")
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(
-        ["*script: latency 1.6 s > baseline 1 s (+60.0%, tolerance 5%)*", "*gpuperf baseline changes against main*"]
+        ["*script: latency 1.60 s > baseline 1.00 s (+60.0%, tolerance 5%)*", "*gpuperf baseline changes against main*"]
     )
     out = result.stdout.str()
     assert (
         f"baselines/{path.name}: metric changed test_rec.py::test_latency[a-cpu] script.latency: "
-        "value 1 s -> 1.7 s (+70.0%)  [LOOSENS THE GATE]"
+        "value 1.00 s -> 1.70 s (+70.0%)  [LOOSENS THE GATE]"
     ) in out
     assert (
         f"baselines/{path.name}: test removed test_rec.py::test_latency[b-cpu]: 1 metric(s) no longer gated"

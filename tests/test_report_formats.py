@@ -99,7 +99,7 @@ def test_markdown_lists_regressions_then_improvements_then_unchanged_and_goes_to
     )
     assert regress < improve < unchanged
     assert text.index("test_latency[b_slower-cpu]") < text.index("test_latency[c_faster-cpu]")
-    row = "| `test_rec.py::test_latency[b_slower-cpu]` | script\\: latency | 1 s | 1\\.5 s | +50\\.0% | +5\\.0% |"
+    row = "| `test_rec.py::test_latency[b_slower-cpu]` | script\\: latency | 1\\.00 s | 1\\.50 s | +50\\.0% | +5\\.0% |"
     assert row + " :red_circle: REGRESSION |" in text
     regressions = text.split("Regressions")[1].split("###")[0]
     assert "a_steady" not in regressions and "c_faster" not in regressions  # only the failing rows

@@ -131,5 +131,5 @@ def test_a_baseline_recorded_with_the_backend_first_in_the_id_is_still_found(
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     result = pytester.runpytest("--gpuperf", "-v", *fast_args)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*script: latency*1 s*1 s*+0.0%*ok*"])
+    result.stdout.fnmatch_lines(["*script: latency*1.00 s*1.00 s*+0.0%*ok*"])
     assert "no baseline" not in result.stdout.str()

@@ -42,7 +42,7 @@ def test_output_follows_pytest_verbosity_and_the_short_summary_carries_the_fact(
             "*= gpuperf summary =*",
             "gpuperf: 4 tests, 4 metrics: 2 ok, 2 REGRESSION (*)",
             "*test_m.py::test_metric[[]mem-cpu[]]*mem*1.00 MiB*1.28 MiB*+27.6%*+5.0%*REGRESSION*",
-            "*test_m.py::test_metric[[]rate-cpu[]]*rate*1 kitems/s*601 items/s*-39.9%*-33.3%*REGRESSION*",
+            "*test_m.py::test_metric[[]rate-cpu[]]*rate*1.00 kitems/s*601 items/s*-39.9%*-33.3%*REGRESSION*",
             "*(every metric: pytest -v)*",
         ]
     )
@@ -64,7 +64,7 @@ def test_output_follows_pytest_verbosity_and_the_short_summary_carries_the_fact(
             "test_m.py::test_metric[[]small-cpu[]]  [[]*[]]",
             "*small*64.00 KiB*128.00 KiB*+100.0%*+5.0%*ok (+64.00 KiB is within the 64.00 KiB allowance)*",
             "test_m.py::test_metric[[]steady-cpu[]]  [[]*[]]",
-            "*steady*1 s*1.01 s*+1.0%*+5.0%*ok*",
+            "*steady*1.00 s*1.01 s*+1.0%*+5.0%*ok*",
         ]
     )
 

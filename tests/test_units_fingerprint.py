@@ -22,8 +22,9 @@ def test_bytes_seconds_and_rates_read_naturally() -> None:
     assert format_bytes(12.4 * 2**30) == "12.40 GiB"
     assert format_bytes(512) == "512 B"
     assert format_seconds(0.00123) == "1.23 ms"
-    assert format_seconds(5e-6) == "5 us"
-    assert format_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"
+    assert format_seconds(5e-6) == "5.00 us"
+    assert format_rate(2.5e12, "FLOP/s") == "2.50 TFLOP/s"
+    assert format_seconds(0.002) == "2.00 ms" and format_seconds(665.4e-6) == "665 us"  # the precision shows
     assert format_value(3 * 2**20, "B") == "3.00 MiB"
     assert format_change(1.228) == "+22.8%"
     assert format_change(0.9) == "-10.0%"
