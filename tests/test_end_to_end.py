@@ -211,7 +211,9 @@ def test_record_judges_a_custom_metric_in_its_direction(pytester: pytest.Pyteste
     pytester.makepyfile(test_custom=source.format(value=800.0))
     result = pytester.runpytest("--gpuperf", *fast_args)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*script: tokens per s 800 tokens/s < baseline 1.00 ktokens/s (-20.0%, tolerance 5%)*"])
+    result.stdout.fnmatch_lines(
+        ["*script: tokens per s 800 tokens/s < baseline 1.00 ktokens/s (-20.0%, tolerance 5%)*"]
+    )
 
 
 def test_an_integer_count_recorded_as_equal_is_exact_and_a_word_is_stored_as_equal(
