@@ -28,7 +28,7 @@ def device(gpuperf):
 @pytest.mark.gpuperf(bound="memory")
 def test_saxpy_bandwidth(gpuperf, device):
     """``out = a * x + y`` over float32 vectors: 12 bytes moved per 2 FLOP, the memory side."""
-    n = device.max_floats(device.pick(cpu=1 << 22, default=1 << 26))  # 48 MiB / 768 MiB: past the caches
+    n = device.max_floats(device.pick(cpu=1 << 23, default=1 << 26))  # 96 MiB / 768 MiB: the roof's size, past caches
     rng = np.random.default_rng(11)
     x_host = rng.standard_normal(n, dtype=np.float32)
     y_host = rng.standard_normal(n, dtype=np.float32)

@@ -219,3 +219,29 @@ def test_two_ranks_reports_glued_onto_one_line_are_both_read() -> None:
     assert sorted(report.ranks) == [0, 1]
     assert report.ranks[1].peak_memory == 1001
     assert report.ranks[0].tokens_per_s == 50.0
+
+
+def test_a_fixture_holding_the_tests_own_unpicklable_device_travels_as_a_placeholder() -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.distributed.runner import TaskError, task_for
+    from pytest_gpuperf.distributed.tasks import ThisDevice
+
+    device = threading.Lock()  # stands for a Vulkan device: it does not pickle
+    handle = SimpleNamespace(device=device, judging=None)
+    item = SimpleNamespace(
+        nodeid="t.py::test_x[vulkan]",
+        _fixtureinfo=SimpleNamespace(argnames=("gpuperf", "dev", "size")),
+        funcargs={"gpuperf": handle, "dev": device, "size": 4},
+        get_closest_marker=lambda name: None,
+        module=SimpleNamespace(__name__="t", __file__="t.py"),
+        function=SimpleNamespace(__qualname__="test_x"),
+        cls=None,
+    )
+    task = task_for(item, "vulkan", None, lockstep=False)  # type: ignore[arg-type]
+    assert isinstance(task.kwargs["dev"], ThisDevice) and task.kwargs["size"] == 4
+    item.funcargs["other"] = threading.Lock()  # an unpicklable value that is not the device is still refused
+    item._fixtureinfo.argnames = ("gpuperf", "dev", "other")
+    with pytest.raises(TaskError, match="argument 'other'"):
+        task_for(item, "vulkan", None, lockstep=False)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from pytest_gpuperf.distributed.tasks import (
     RankInfo,
     RankResult,
     RankTask,
+    ThisDevice,
 )
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
     try:
         reset_state(task.seed, task.backend)
         func = resolve_function(task)
-        kwargs = dict(task.kwargs)
+        kwargs = {k: backend.device() if isinstance(v, ThisDevice) else v for k, v in task.kwargs.items()}
         if "gpuperf" in task.wants:
             context = build_context(task.node_id, backend, task.gpuperf_options, info.world_size)
             kwargs["gpuperf"] = lockstep_handle(context, collector) if task.lockstep else GpuPerf(context, collector)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.distributed.tasks import RANK_FIXTURES, RankResult, RankTask
+from pytest_gpuperf.distributed.tasks import RANK_FIXTURES, RankResult, RankTask, ThisDevice
 
 if TYPE_CHECKING:
     from pytest_gpuperf.distributed.manager import PoolManager
@@ -43,7 +43,11 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
     argnames = item._fixtureinfo.argnames
     wants = tuple(name for name in RANK_FIXTURES if name in argnames)
     kwargs = {name: item.funcargs[name] for name in argnames if name not in RANK_FIXTURES}
+    device = _device_of(item)
     for name, value in kwargs.items():
+        if device is not None and value is device and not _picklable(value):
+            kwargs[name] = ThisDevice()  # the running process's own device there
+            continue
         try:
             pickle.dumps(value)
         except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
@@ -71,6 +75,23 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
         lockstep=lockstep,
         in_class=item.cls is not None,
     )
+
+
+def _device_of(item: pytest.Function) -> Any:
+    """The test's ``gpuperf.device`` (None without the handle)."""
+    handle = item.funcargs.get("gpuperf")
+    try:
+        return handle.device if handle is not None else None
+    except Exception:  # noqa: BLE001 - a handle without a device sends nothing in its place
+        return None
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any pickling failure means "not picklable"
+        return False
+    return True
 
 
 def build_task(item: pytest.Function, backend: str) -> RankTask:

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
 #: Fixtures the rank provides itself; any other argument is shipped from the pytest process.
 RANK_FIXTURES = ("gpuperf", "gpuperf_rank", "gpuperf_backend", "gpuperf_device")
 
+
+class ThisDevice:
+    """Stands, in a task's arguments, for the test's device object (a fixture returning ``gpuperf.device``): the
+    process that runs the body puts its own there (a Vulkan device does not pickle; a rank has its own GPU)."""
+
+    def __repr__(self) -> str:
+        return "<the running process's gpuperf.device>"
+
+
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 STATUS_OOM = "oom"
