@@ -254,6 +254,14 @@ def test_a_renamed_test_lists_its_old_entry_as_stale(pytester: pytest.Pytester) 
     quiet.stdout.no_fnmatch_line("*b2*<-*")
 
 
+def test_tests_left_out_by_a_node_id_selection_are_not_stale(pytester: pytest.Pytester) -> None:
+    _setup(pytester, {"a": {"mem": 1, "score": 1.0, "kind": "x"}, "b": {"mem": 2, "score": 2.0, "kind": "x"}})
+    pytester.runpytest("--gpuperf-update", *FLAGS).assert_outcomes(passed=2)
+    result = pytester.runpytest("--gpuperf", *FLAGS, "test_rec.py::test_case[a-cpu]")
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*stale baseline entries*")  # test_case[b-cpu] exists; the command line left it out
+
+
 def test_a_brand_new_test_file_run_alone_is_not_a_mismatch(pytester: pytest.Pytester) -> None:
     _setup(pytester, {"a": {"mem": 1, "score": 1.0, "kind": "x"}})
     pytester.runpytest("--gpuperf-update", *FLAGS).assert_outcomes(passed=1)

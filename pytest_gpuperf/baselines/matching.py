@@ -43,12 +43,22 @@ class FileMatch:
 
 
 def match_file(
-    file: str, keys: Iterable[str], ran: Iterable[str], missing: Iterable[str], collected: set[str], rootdir: Path
+    file: str,
+    keys: Iterable[str],
+    ran: Iterable[str],
+    missing: Iterable[str],
+    collected: set[str],
+    rootdir: Path,
+    partial: Iterable[str] = (),
 ) -> FileMatch:
-    """Compare one file's ``keys`` with the run: ``ran`` used it, ``missing`` found no entry in it."""
+    """Compare one file's ``keys`` with the run: ``ran`` used it, ``missing`` found no entry in it.
+
+    ``partial``: modules the command line named by node id (``test_a.py::test_x``): pytest collected only those
+    tests of them, so their other keys are not stale.
+    """
     keys = sorted(keys)
     unmatched = [k for k in keys if k not in collected]
-    modules = {module_of(n) for n in collected}
+    modules = {module_of(n) for n in collected} - set(partial)
     stale = [k for k in unmatched if module_of(k) in modules or not (rootdir / module_of(k)).exists()]
     result = FileMatch(file, len(keys), sorted(set(missing)), len(set(ran)), stale)
     gone = {k for k in unmatched if not (rootdir / module_of(k)).exists()}
@@ -79,6 +89,20 @@ def closest_key(test: str, keys: list[str]) -> str | None:
     tails = {k.rsplit("/", 1)[-1]: k for k in keys}
     close = difflib.get_close_matches(test.rsplit("/", 1)[-1], list(tails), n=1, cutoff=0.6)
     return tails[close[0]] if close else None
+
+
+def partial_modules(args: Iterable[str], invocation_dir: Path, rootdir: Path) -> set[str]:
+    """Modules named by node id on the command line (``a/test_x.py::test_y``), as rootdir-relative paths."""
+    found = set()
+    for arg in args:
+        path, sep, _ = str(arg).partition("::")
+        if not sep:
+            continue
+        try:
+            found.add((invocation_dir / path).resolve().relative_to(rootdir.resolve()).as_posix())
+        except ValueError:
+            found.add(Path(path).as_posix())
+    return found
 
 
 def rootdir_hint(args: Iterable[str], has_inifile: bool, rootdir: Path) -> str:

@@ -124,7 +124,13 @@ class BaselineTracker:
         self._write_matching(tr)
 
     def _write_matching(self, tr: Any) -> None:
-        from pytest_gpuperf.baselines.matching import match_file, mismatch_lines, rootdir_hint, stale_lines
+        from pytest_gpuperf.baselines.matching import (
+            match_file,
+            mismatch_lines,
+            partial_modules,
+            rootdir_hint,
+            stale_lines,
+        )
         from pytest_gpuperf.baselines.schema import BaselineError, load_baseline_file
 
         session = self.config.stash.get(SESSION_KEY, None)
@@ -140,7 +146,8 @@ class BaselineTracker:
                 continue  # already reported by the tests that read it
             if loaded is None or not loaded.tests:
                 continue
-            match = match_file(file, loaded.tests, ran, self.missing.get(file, ()), self.collected, rootdir)
+            partial = partial_modules(self.config.args, self.config.invocation_params.dir, rootdir)
+            match = match_file(file, loaded.tests, ran, self.missing.get(file, ()), self.collected, rootdir, partial)
             if match.mismatch:
                 tr.write_sep("!", "gpuperf: tests found no entry in the baseline file of this hardware", red=True)
                 for line in mismatch_lines(match, rootdir, hint):
