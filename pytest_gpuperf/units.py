@@ -55,6 +55,8 @@ def format_value(value: float | str, unit: str) -> str:
         return format_rate(value, unit)
     if unit == "ratio":
         return f"{value:.4g}x"
+    if float(value).is_integer() and abs(value) < 1e15:  # a count: every digit (262912 -> 262913 must show)
+        return f"{int(value)} {unit}".rstrip()
     return f"{value:.4g} {unit}".rstrip()
 
 

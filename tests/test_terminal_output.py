@@ -127,6 +127,17 @@ def test_an_informational_metric_shows_its_change_but_no_limit() -> None:
     assert [title for statuses, title in SECTIONS if "info" in statuses] == ["Informational (recorded, not judged)"]
 
 
+def test_an_ab_failure_by_the_stored_baseline_says_to_record_and_one_by_the_comparison_says_review() -> None:
+    from pytest_gpuperf.reporting.terminal import accept_hint
+
+    title = "A/B against HEAD (abc)"
+    stored = _verdict(extra={"ab": title}, message="params: same on both sides; against the stored baseline: changed")
+    compared = _verdict(extra={"ab": title}, message="throughput: B is worse than A past the tolerance")
+    by_stored, by_ab = accept_hint("t.py::x", [stored]), accept_hint("t.py::x", [compared])
+    assert "--gpuperf-update" in by_stored and "review" not in by_stored
+    assert "accept it in review" in by_ab and "--gpuperf-update" not in by_ab
+
+
 def test_an_ab_table_names_its_columns_by_side() -> None:
     from pytest_gpuperf.reporting.terminal import AB_HEADER, HEADER, header_for
 

@@ -26,6 +26,7 @@ def test_bytes_seconds_and_rates_read_naturally() -> None:
     assert format_rate(2.5e12, "FLOP/s") == "2.50 TFLOP/s"
     assert format_seconds(0.002) == "2.00 ms" and format_seconds(665.4e-6) == "665 us"  # the precision shows
     assert format_value(3 * 2**20, "B") == "3.00 MiB"
+    assert format_value(262913.0, "") == "262913" and format_value(2.5, "x") == "2.5 x"  # a count keeps its digits
     assert format_change(1.228) == "+22.8%"
     assert format_change(0.9) == "-10.0%"
 

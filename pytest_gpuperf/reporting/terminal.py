@@ -83,17 +83,30 @@ def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: lis
 
 
 def accept_hint(node_id: str, failing: list[dict[str, Any]]) -> str:
-    """How to accept an intended change: record a stored baseline, or (A/B) nothing to record."""
-    ab = next((v["extra"]["ab"] for v in failing if isinstance(v.get("extra"), dict) and v["extra"].get("ab")), None)
-    if ab:
-        return (
-            f"{ab}: the working tree (B) measured worse than the ref (A) in interleaved processes on this machine. "
-            "If the change is intended, accept it in review: an A/B verdict has no baseline file to update."
-        )
-    return (
+    """How to accept an intended change: record a stored baseline, or (A/B) nothing to record.
+
+    In an A/B run a metric can fail by the A/B comparison (nothing to record) or by the stored baseline that keeps
+    gating memory, categories and recorded metrics (its message says "against the stored baseline"): then the
+    baseline is what to update.
+    """
+    record = (
         "If this change is intended, record it with: "
         f"pytest --gpuperf --gpuperf-update {shlex.quote(node_id)} and commit the baselines/ diff."
     )
+    ab_failing = [v for v in failing if isinstance(v.get("extra"), dict) and v["extra"].get("ab")]
+    if not ab_failing:
+        return record
+    by_ab = [v for v in ab_failing if "against the stored baseline" not in str(v.get("message", ""))]
+    lines = []
+    if by_ab:
+        lines.append(
+            f"{by_ab[0]['extra']['ab']}: the working tree (B) measured worse than the ref (A) in interleaved "
+            "processes on this machine. If the change is intended, accept it in review: an A/B verdict has no "
+            "baseline file to update."
+        )
+    if len(by_ab) < len(failing):
+        lines.append(record.replace("this change", "the change against the stored baseline"))
+    return "\n".join(lines)
 
 
 def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> str:
