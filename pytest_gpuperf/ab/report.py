@@ -46,7 +46,7 @@ def metric_row(metric: dict[str, Any]) -> list[str]:
     ]
 
 
-HEADER = ["metric", "A (REF)", "B (tree)", "change", "paired B/A", "tol", "verdict"]
+HEADER = ["metric", "A (ref)", "B (tree)", "change", "paired B/A", "tol", "verdict"]
 
 
 def _table(rows: list[list[str]]) -> list[str]:

@@ -48,7 +48,7 @@ COUNT_WORDS = {
 }
 HEADLINE_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded")
 HEADER = "| test | metric | baseline | measured | change | limit | verdict |"
-AB_HEADER = "| test | metric | A (ref) | B (tree) | change | limit | verdict |"
+AB_HEADER = "| test | metric | A (ref) | B (this PR) | change | limit | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
 
 
