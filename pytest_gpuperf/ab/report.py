@@ -15,6 +15,8 @@ WORDS = {
     "new": "new",
     "info": "-",
 }
+#: The same words in the section's headline, where a "-" would read as a typo.
+HEAD_WORDS = {**WORDS, "info": "informational only"}
 ICONS = {
     "regression": ":red_circle:",
     "changed": ":red_circle:",
@@ -112,7 +114,7 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
     counts: dict[str, int] = {}
     for result in tests.values():
         counts[result["status"]] = counts.get(result["status"], 0) + 1
-    head = ", ".join(f"{n} {WORDS.get(s, s)}" for s, n in sorted(counts.items())) or "no test on both sides"
+    head = ", ".join(f"{n} {HEAD_WORDS.get(s, s)}" for s, n in sorted(counts.items())) or "no test on both sides"
     lines = [f"### A/B against `{summary['ref']}` (`{summary['sha'][:12]}`): {head}", "", how_line(summary) + ".", ""]
     for warning in summary["warnings"]:
         lines += [f"> [!WARNING]\n> {warning}", ""]

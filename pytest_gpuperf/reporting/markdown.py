@@ -43,10 +43,14 @@ COUNT_WORDS = {
     "regression": ("regression", "regressions"),
     "changed": ("changed category", "changed categories"),
     "improvement": ("improvement", "improvements"),
+    "inconclusive": ("inconclusive", "inconclusive"),
     "new": ("without baseline", "without baseline"),
     "unchanged": ("unchanged", "unchanged"),
+    "recorded": ("recorded", "recorded"),
+    "info": ("informational only", "informational only"),
 }
-HEADLINE_ORDER = ("regression", "changed", "improvement", "new", "unchanged", "recorded")
+#: Every test status a headline counts, so its numbers add up to the perf tests it names.
+HEADLINE_ORDER = ("regression", "changed", "improvement", "inconclusive", "new", "unchanged", "recorded", "info")
 HEADER = "| test | metric | baseline | measured | change | limit | verdict |"
 AB_HEADER = "| test | metric | A (ref) | B (this PR) | change | limit | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
