@@ -71,6 +71,7 @@ def test_the_readme_gitignore_snippet_ignores_what_it_names(tmp_path: Path) -> N
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text(snippet)
     paths = ["gpuperf-artifacts/trace.json", "gpuperf-reports/perf.md", ".pytest_cache/v/cache/lastfailed"]
+    paths.append(".benchmarks/Linux-CPython-3.11-64bit")
     ignored = subprocess.run(
         ["git", "-C", str(tmp_path), "check-ignore", "--no-index", *paths], capture_output=True, text=True
     ).stdout.split()
