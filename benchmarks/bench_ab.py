@@ -5,8 +5,8 @@ Writes a git repository to a temporary folder whose perf test calls a function o
 
 * ``unchanged``: the working tree equals HEAD (every failure is a false alarm);
 * ``slower``: the function does 1.5x the work (CPU: 15 instead of 10 matmul+tanh rounds;
-  CUDA: a bf16 GEMM with K 4096 -> 4480, whole 64-wide K tiles: +9.4% of the same main loop; K 4512, a
-  partial tile, cost a 4096^2 GEMM +22.7% on the H200, see docs/PERFORMANCE.md);
+  CUDA: a bf16 GEMM with K 4096 -> 4480, whole 64-wide K tiles: +9.4% of K, which gpu/ab.sh measures with
+  do_bench first; K 4512, a partial tile, cost a 4096^2 GEMM +22.7% on the H200, see docs/PERFORMANCE.md);
 * ``faster``: the function does 20% less work (CPU: 8 rounds; CUDA: K 3264).
 
 Each case runs ``--runs`` times with ``pytest --gpuperf --gpuperf-ab HEAD`` (no baseline file) and

@@ -3,10 +3,11 @@
 Writes a perf-test project to a temporary directory, records its baselines once with the plugin's
 defaults (``--gpuperf-update``), then runs fresh pytest processes against them: unchanged code
 (every failure is a false failure) and code slowed by real extra work in the same kernels
-(``BENCH_SCALE``: a GEMM's inner dimension 4096 -> 4480, a whole number of 64-wide K tiles, is +9.4%
-of the same kernel's main loop; an elementwise op over 10% more elements, ...). Each run's time verdict
-per workload is read from the JSON report: ``regression`` (caught), ``inconclusive`` (passes with a warning; counts as
-not passed-as-unchanged), or a pass. ``--workloads`` and ``--scales`` split the work over device calls.
+(``BENCH_SCALE``: a GEMM's inner dimension 4096 -> 4480, 70 instead of 64 whole 64-wide K tiles, +9.4% of
+the main loop by arithmetic, not yet measured: ``--verify`` times it with do_bench and lists the kernels first;
+an elementwise op over 10% more elements, ...). Each run's time verdict per workload is read from the JSON
+report: ``regression`` (caught), ``inconclusive`` (passes with a warning; counts as not passed-as-unchanged), or
+a pass. ``--workloads`` and ``--scales`` split the work over device calls.
 
     python benchmarks/bench_verdicts.py --device cpu                  # 2-thread allocation-heavy CPU step
     python benchmarks/bench_verdicts.py --device cuda --verify        # H200: 4 workloads, do_bench check first
@@ -54,7 +55,7 @@ def _tiles(value, tile):
 
 def build(name, device):
     """The step of workload ``name`` at BENCH_SCALE on ``device``."""
-    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K in whole 64-wide tiles (4096 -> 4288 +4.7%, 4480 +9.4%)
+    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K in whole 64-wide tiles (4288, 4480: +4.7%, +9.4% of K)
         k = _tiles(4096 * SCALE, 64)
         a = _randn(4096, k, dtype=torch.bfloat16, device=device)
         b = _randn(k, 4096, dtype=torch.bfloat16, device=device, seed=1)

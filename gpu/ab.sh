@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B against a git ref on one H200 (issue 15), about 9 minutes:
 #  1. triton.testing.do_bench checks the changed GEMMs' real cost: bf16 8192 x K x 8192, K 4096 (base),
-#     4480 (+9.4% of the same main loop: whole 64-wide K tiles; 4512 is a partial tile) and 3264 (-20%);
+#     4480 (+9.4% of K in whole 64-wide K tiles; 4512 is a partial tile) and 3264 (-20%);
 #  2. benchmarks/bench_ab.py --device cuda: a scratch git repository whose perf test calls mylib.gemm; per run
 #     and case (unchanged, slower = K 4480, faster = K 3264) one `pytest --gpuperf --gpuperf-ab HEAD` (no baseline
 #     file; 2-4 worker processes per side), with the cost per test of both sides' workers. RUNS (default 4) runs
