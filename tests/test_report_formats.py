@@ -151,3 +151,32 @@ def test_the_markdown_headline_counts_every_test_status_so_its_numbers_add_up() 
     from pytest_gpuperf.reporting.records import STATUS_ORDER
 
     assert set(HEADLINE_ORDER) == set(STATUS_ORDER) <= set(COUNT_WORDS)
+
+
+def test_a_regressed_throughput_shows_its_steps_time_beside_it_in_the_markdown() -> None:
+    from pytest_gpuperf.reporting.markdown import render_markdown
+    from pytest_gpuperf.reporting.records import TestRecord
+
+    def verdict(metric: str, kind: str, unit: str, status: str, baseline: float, value: float) -> dict:
+        ratio = value / baseline if status != "info" else None
+        return {"metric": metric, "label": metric.rpartition(".")[2], "kind": kind, "unit": unit, "status": status,
+                "better": "higher" if kind == "throughput" else "lower", "baseline": baseline, "value": value,
+                "ratio": ratio, "tolerance": 0.25, "message": "", "extra": {}}  # fmt: skip
+
+    record = TestRecord(
+        "t.py::test_gelu[cpu]",
+        "failed",
+        1.0,
+        {
+            "verdicts": [
+                verdict("step.throughput", "throughput", "elements/s", "regression", 5.05e9, 1.70e9),
+                verdict("step.time", "time", "s", "info", 44.5e-6, 145e-6),
+            ]
+        },
+    )
+    document = {"gpuperf": {"summary": {"regression": 1, "tests": 1}, "devices": [], "artifacts": {}}}
+    markdown = render_markdown(document, [record], env={})
+    regressions = markdown.split("Regressions (1 metric of 1 test)", 1)[1].split("<details>", 1)[0]
+    rows = [line for line in regressions.splitlines() if line.startswith("| `t.py")]
+    assert [row.split(" | ")[1] for row in rows] == ["throughput", "time"]  # the time right below, not judged
+    assert "+225\\.8%" in rows[1] and rows[1].endswith("| - |")

@@ -126,6 +126,17 @@ def artifact_links(artifacts: Mapping[str, Any], env: Mapping[str, str] | None =
     return [*lines, ""]
 
 
+def _context_rows(rows: list[tuple[TestRecord, dict[str, Any]]]) -> list[tuple[TestRecord, dict[str, Any]]]:
+    """The informational time of each step whose throughput regressed, shown beside it (not judged, not counted)."""
+    out = []
+    for record, verdict in rows:
+        step = str(verdict["metric"]).rpartition(".")[0]
+        for other in record.verdicts:
+            if other["status"] == "info" and other.get("kind") == "time" and other["metric"] == f"{step}.time":
+                out.append((record, other))
+    return out
+
+
 def render_markdown(
     document: Mapping[str, Any],
     records: list[TestRecord],
@@ -154,7 +165,8 @@ def render_markdown(
         tests = len({r.nodeid for r, _ in rows})
         count = f"{len(rows)} metric{'s' if len(rows) != 1 else ''} of {tests} test{'s' if tests != 1 else ''}"
         ab = all((v.get("extra") or {}).get("ab") for _, v in rows)
-        body = [AB_HEADER if ab else HEADER, RULE, *[_row(r, v) for r, v in rows]]
+        shown = rows + (_context_rows(rows) if statuses[0] == "regression" else [])
+        body = [AB_HEADER if ab else HEADER, RULE, *[_row(r, v) for r, v in shown]]
         if statuses[0] in ("unchanged", "info"):
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue
