@@ -323,11 +323,9 @@ class GpuPerf:
 
 def _is_integer(value: object) -> bool:
     """True for a Python or numpy integer (not a bool): a count, compared exactly under ``better="equal"``."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return type(value).__module__ == "numpy" and "int" in type(value).__name__
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:

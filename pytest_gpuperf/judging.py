@@ -203,11 +203,13 @@ class Judging:
             out.append(reconcile(verdict, again_verdict, where=where))
         return out
 
-    def confirm_stored(self, node_id: str, again: dict[str, Metric] | None, note: str = "") -> None:
+    def confirm_stored(
+        self, node_id: str, again: dict[str, Metric] | None, note: str = "", where: str = "a fresh process"
+    ) -> None:
         """:meth:`confirm` the stored verdicts of a test (after its body ran) with a fresh process's metrics."""
         context = self.contexts.get(node_id)
         if context is not None and suspects(self.verdicts.get(node_id, [])):
-            self.verdicts[node_id] = self.confirm(context, self.verdicts[node_id], again, note)
+            self.verdicts[node_id] = self.confirm(context, self.verdicts[node_id], again, note, where)
 
     def merge_processes(self, node_id: str, runs: list[dict[str, Metric]]) -> None:
         """Under ``--gpuperf-update``: store each timing metric from this and the fresh processes' measurements."""

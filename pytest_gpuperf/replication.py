@@ -15,6 +15,7 @@ feature's worker pool); these functions only combine what they measured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -108,3 +109,38 @@ def can_replicate(item: Any) -> bool:
         and item.get_closest_marker("gpuperf_distributed") is None
         and "gpuperf_torchrun" not in getattr(item, "fixturenames", ())  # each script run is fresh processes already
     )
+
+
+#: ``fresh(n)``: the metrics of ``n`` fresh runs of the test (by metric name) and, when fewer came back, why.
+FreshRuns = Callable[[int], tuple[list[dict[str, Metric]], str]]
+
+
+def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
+    """After a test's first measurement: record it from more processes, or confirm a suspected regression.
+
+    Under ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU), the
+    spread between them stored; otherwise a suspected time/throughput regression is measured once more, and a
+    run that disagrees makes the verdict inconclusive (:func:`reconcile`). Returns a warning when fewer
+    processes than asked finished the test, else None. ``fresh`` runs the test again (a replica process, or
+    the script of a ``gpuperf_torchrun`` test once more).
+    """
+    context = judging.contexts.get(node_id)
+    if context is None:
+        return None
+    if judging.settings.update:
+        wanted = getattr(judging.settings, "processes", 0) or default_processes(context.backend.is_host_cpu())
+        if wanted <= 1:
+            return None
+        runs, note = fresh(wanted - 1)
+        judging.merge_processes(node_id, runs)
+        if len(runs) >= wanted - 1:
+            return None
+        why = f": {note}" if note else ""
+        return (
+            f"{node_id}: baseline recorded from {1 + len(runs)} of {wanted} processes; "
+            f"{wanted - 1 - len(runs)} fresh process(es) did not finish the test{why}"
+        )
+    if judging.wants_confirmation(judging.verdicts.get(node_id, [])):
+        runs, note = fresh(1)
+        judging.confirm_stored(node_id, runs[0] if runs else None, note, where)
+    return None

@@ -51,32 +51,19 @@ class GpuperfSession:
 
     def _replicate(self, item: pytest.Item) -> None:
         """``--gpuperf-processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
-        from pytest_gpuperf.judging import suspects
-        from pytest_gpuperf.replication import default_processes
+        from pytest_gpuperf.replication import second_look
 
-        judging, node_id = self.judging, item.nodeid
-        if self.settings.update:
-            context = judging.contexts[node_id]
-            wanted = getattr(self.settings, "processes", 0) or default_processes(context.backend.is_host_cpu())
-            if wanted > 1:
-                runs, note = self._fresh_runs(item, wanted - 1)
-                judging.merge_processes(node_id, [{m.name: m for m in run} for run in runs])
-                if len(runs) < wanted - 1:
-                    import warnings
+        def fresh(processes: int) -> tuple[list[dict[str, Any]], str]:
+            runs, note = self._fresh_runs(item, processes)
+            return [{m.name: m for m in run} for run in runs], note
 
-                    from pytest_gpuperf.results import GpuperfWarning
+        warning = second_look(self.judging, item.nodeid, fresh)
+        if warning:
+            import warnings
 
-                    why = f": {note}" if note else ""
-                    warnings.warn(
-                        GpuperfWarning(
-                            f"{node_id}: baseline recorded from {1 + len(runs)} of {wanted} processes; "
-                            f"{wanted - 1 - len(runs)} fresh process(es) did not finish the test{why}"
-                        ),
-                        stacklevel=1,
-                    )
-        elif self.settings.confirm and suspects(judging.verdicts.get(node_id, [])):
-            runs, note = self._fresh_runs(item, 1)
-            judging.confirm_stored(node_id, {m.name: m for m in runs[0]} if runs else None, note)
+            from pytest_gpuperf.results import GpuperfWarning
+
+            warnings.warn(GpuperfWarning(warning), stacklevel=1)
 
     def _fresh_runs(self, item: pytest.Item, processes: int) -> tuple[list[list[Any]], str]:
         """The metrics of ``processes`` fresh runs of ``item`` (through the hook), or none and why."""

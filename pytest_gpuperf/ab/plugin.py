@@ -9,7 +9,6 @@ JUnit reports show them like any other verdict, plus an A/B section of their own
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +47,6 @@ AB_OPTIONS: list[tuple[Any, ...]] = [
     ),
 ]
 STATE_KEY = pytest.StashKey["AbState"]()
-ENV_WORKTREE = "GPUPERF_AB_WORKTREE"
-ENV_SHA = "GPUPERF_AB_SHA"
-#: The controller's ``--dist`` mode (xdist sets ``dist = "no"`` in its workers' own options).
-ENV_DIST = "GPUPERF_AB_DIST"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,8 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = state
     config.pluginmanager.register(state, "gpuperf-ab")  # collects A/B results from reports (and xdist's)
     if state.worktree.owned:
-        os.environ[ENV_WORKTREE], os.environ[ENV_SHA] = str(state.worktree.path), state.worktree.sha
-        os.environ[ENV_DIST] = str(getattr(config.option, "dist", "no"))
+        state.hand_to_xdist_workers()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -93,9 +87,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is None:
         return
     if state.worktree.owned:
-        os.environ.pop(ENV_WORKTREE, None)
-        os.environ.pop(ENV_SHA, None)
-        os.environ.pop(ENV_DIST, None)
+        state.hand_to_xdist_workers(clear=True)
     state.worktree.remove()
 
 

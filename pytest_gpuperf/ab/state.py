@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from pytest_gpuperf.session import GpuperfSession
 
 PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
+#: What the process that checked REF out hands to its pytest-xdist workers (they inherit its environment):
+#: the worktree, its sha, and its ``--dist`` mode (xdist sets ``dist = "no"`` in a worker's own options).
+ENV_WORKTREE, ENV_SHA, ENV_DIST = "GPUPERF_AB_WORKTREE", "GPUPERF_AB_SHA", "GPUPERF_AB_DIST"
 
 
 @dataclass
@@ -33,6 +37,8 @@ class AbState:
     handled: set[str] = field(default_factory=set)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     applied: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The xdist controller's scan of both sides for new and removed tests (:meth:`scan_scope`).
+    scanner: threading.Thread | None = None
 
     @classmethod
     def start(cls, config: pytest.Config, session: GpuperfSession, ref: str) -> AbState:
@@ -41,9 +47,9 @@ class AbState:
 
         ref = check_ref_name(ref)
         tree = toplevel(config.rootpath)
-        shared = os.environ.get("GPUPERF_AB_WORKTREE")
+        shared = os.environ.get(ENV_WORKTREE)
         if hasattr(config, "workerinput") and shared:
-            worktree = Worktree(ref, os.environ.get("GPUPERF_AB_SHA", ""), tree, Path(shared), owned=False)
+            worktree = Worktree(ref, os.environ.get(ENV_SHA, ""), tree, Path(shared), owned=False)
         else:
             worktree = Worktree.create(tree, ref)
         minimum = get_option(config, "--gpuperf-ab-processes")
@@ -84,13 +90,20 @@ class AbState:
             self.warnings += warnings
         return self.runner
 
+    def hand_to_xdist_workers(self, clear: bool = False) -> None:
+        """Put the worktree, its sha and ``--dist`` in the environment xdist workers inherit (``clear``: remove)."""
+        if clear:
+            for name in (ENV_WORKTREE, ENV_SHA, ENV_DIST):
+                os.environ.pop(name, None)
+            return
+        os.environ[ENV_WORKTREE], os.environ[ENV_SHA] = str(self.worktree.path), self.worktree.sha
+        os.environ[ENV_DIST] = str(getattr(self.config.option, "dist", "no"))
+
     def scan_scope(self) -> None:
         """On the pytest-xdist controller: new and removed tests from both sides' collections (a thread).
 
         Started before the workers run and read by :meth:`summary` (:meth:`finish_scan` waits for it).
         """
-        import threading
-
         from pytest_gpuperf.ab.runner import AbOutcome
 
         runner = self._runner()
@@ -108,14 +121,13 @@ class AbState:
             else:
                 outcome.new, outcome.removed = found
 
-        self._scanner = threading.Thread(target=scan, name="gpuperf-ab-scan", daemon=True)
-        self._scanner.start()
+        self.scanner = threading.Thread(target=scan, name="gpuperf-ab-scan", daemon=True)
+        self.scanner.start()
 
     def finish_scan(self) -> None:
         """Wait for :meth:`scan_scope` (when one was started)."""
-        scanner = getattr(self, "_scanner", None)
-        if scanner is not None:
-            scanner.join()
+        if self.scanner is not None:
+            self.scanner.join()
 
     def batch_for(self, item: pytest.Item) -> list[pytest.Item]:
         """The tests an xdist worker measures together with ``item``: its whole file under ``--dist loadfile``.
@@ -124,7 +136,7 @@ class AbState:
         serves them all (4 process starts per file instead of per test); under other modes a test's neighbours
         may go to another worker, so only ``item`` is measured.
         """
-        if os.environ.get("GPUPERF_AB_DIST") != "loadfile":  # the controller's mode (see ab.plugin.ENV_DIST)
+        if os.environ.get(ENV_DIST) != "loadfile":  # the controller's --dist
             return [item]
         path = item.path
         return [i for i in item.session.items if i.path == path and i.nodeid not in self.handled] or [item]

@@ -139,6 +139,7 @@ class BaselineTracker:
         rootdir = self.config.rootpath
         hint = rootdir_hint(self.config.invocation_params.args, self.config.inipath is not None, rootdir)
         stale = []
+        partial = partial_modules(self.config.args, self.config.invocation_params.dir, rootdir)
         for file, ran in sorted(self.ran.items()):
             try:
                 loaded = loader(Path(file))
@@ -146,7 +147,6 @@ class BaselineTracker:
                 continue  # already reported by the tests that read it
             if loaded is None or not loaded.tests:
                 continue
-            partial = partial_modules(self.config.args, self.config.invocation_params.dir, rootdir)
             match = match_file(file, loaded.tests, ran, self.missing.get(file, ()), self.collected, rootdir, partial)
             if match.mismatch:
                 tr.write_sep("!", "gpuperf: tests found no entry in the baseline file of this hardware", red=True)

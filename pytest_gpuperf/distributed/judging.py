@@ -39,23 +39,13 @@ def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
 def second_opinion(item: Any, handle: GpuPerf | None, again: Callable[[], dict[str, Metric]]) -> None:
     """Run a whole-process measurement (a script on N ranks) ``again`` where one run cannot be trusted alone.
 
-    Each run of a script is a fresh set of processes, and whole processes are fast or slow, so under
-    ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU) with their
-    spread stored; otherwise a suspected time/throughput regression is confirmed by one more run, and a run
-    that disagrees makes the verdict inconclusive (:func:`pytest_gpuperf.replication.reconcile`).
+    Each run of a script is a fresh set of processes, so recording and confirming work as for any test
+    (:func:`pytest_gpuperf.replication.second_look`), with another run of the script as the fresh process.
     """
     if handle is None or handle.judging is None:
         return
-    from pytest_gpuperf.judging import suspects
-    from pytest_gpuperf.replication import default_processes
+    from pytest_gpuperf.replication import second_look
 
-    judging, node_id = handle.judging, item.nodeid
-    if judging.settings.update:
-        wanted = getattr(judging.settings, "processes", 0) or default_processes(handle.context.backend.is_host_cpu())
-        if wanted > 1:
-            judging.merge_processes(node_id, [again() for _ in range(wanted - 1)])
-    elif judging.settings.confirm and suspects(judging.verdicts.get(node_id, [])):
-        context = judging.contexts[node_id]
-        judging.verdicts[node_id] = judging.confirm(
-            context, judging.verdicts[node_id], again(), where="a second run of the script"
-        )
+    second_look(
+        handle.judging, item.nodeid, lambda runs: ([again() for _ in range(runs)], ""), "a second run of the script"
+    )

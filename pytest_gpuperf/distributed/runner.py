@@ -45,12 +45,12 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
     kwargs = {name: item.funcargs[name] for name in argnames if name not in RANK_FIXTURES}
     device = _device_of(item)
     for name, value in kwargs.items():
-        if device is not None and value is device and not _picklable(value):
-            kwargs[name] = ThisDevice()  # the running process's own device there
-            continue
         try:
             pickle.dumps(value)
         except Exception as exc:  # noqa: BLE001 - any pickling failure is reported the same way
+            if device is not None and value is device:
+                kwargs[name] = ThisDevice()  # the test's own device (Vulkan): the running process's own there
+                continue
             raise TaskError(
                 f"{item.nodeid}: argument {name!r} ({type(value).__name__}) cannot be sent to another process: "
                 f"{exc}. Such tests may take picklable fixtures and parameters only; build other objects in the body."
@@ -84,14 +84,6 @@ def _device_of(item: pytest.Function) -> Any:
         return handle.device if handle is not None else None
     except Exception:  # noqa: BLE001 - a handle without a device sends nothing in its place
         return None
-
-
-def _picklable(value: Any) -> bool:
-    try:
-        pickle.dumps(value)
-    except Exception:  # noqa: BLE001 - any pickling failure means "not picklable"
-        return False
-    return True
 
 
 def build_task(item: pytest.Function, backend: str) -> RankTask:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_gpuperf.reporting.md_escape import code, fenced, text
 from pytest_gpuperf.reporting.records import TestRecord
+from pytest_gpuperf.reporting.verdict_text import ab_title
 
 #: Sections of metric rows, by the row's own verdict: a section lists only rows with its statuses.
 SECTIONS = (
@@ -164,14 +165,14 @@ def render_markdown(
             continue
         tests = len({r.nodeid for r, _ in rows})
         count = f"{len(rows)} metric{'s' if len(rows) != 1 else ''} of {tests} test{'s' if tests != 1 else ''}"
-        ab = all((v.get("extra") or {}).get("ab") for _, v in rows)
+        ab = all(ab_title(v) for _, v in rows)
         shown = rows + (_context_rows(rows) if statuses[0] == "regression" else [])
         body = [AB_HEADER if ab else HEADER, RULE, *[_row(r, v) for r, v in shown]]
         if statuses[0] in ("unchanged", "info"):
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
-        stored = [(r, v) for r, v in rows if not (v.get("extra") or {}).get("ab")]  # A/B has nothing to record
+        stored = [(r, v) for r, v in rows if not ab_title(v)]  # A/B has nothing to record
         if statuses[0] in ("regression", "changed") and stored:
             ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in stored))
             lines += [

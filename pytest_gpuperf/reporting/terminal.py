@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from pytest_gpuperf.reporting.verdict_text import (
     NOT_OK,
     STATUS_WORDS,
+    ab_title,
     change_text,
     limit_text,
     short_fact,
@@ -35,7 +36,7 @@ AB_HEADER = ["metric", "A (ref)", "B (tree)", "change", "limit", "verdict"]
 def header_for(verdicts: Iterable[dict[str, Any]]) -> list[str]:
     """:data:`AB_HEADER` when every verdict comes from an A/B comparison, else :data:`HEADER`."""
     listed = list(verdicts)
-    ab = bool(listed) and all((v.get("extra") or {}).get("ab") for v in listed)
+    ab = bool(listed) and all(ab_title(v) for v in listed)
     return AB_HEADER if ab else HEADER
 
 
@@ -93,14 +94,14 @@ def accept_hint(node_id: str, failing: list[dict[str, Any]]) -> str:
         "If this change is intended, record it with: "
         f"pytest --gpuperf --gpuperf-update {shlex.quote(node_id)} and commit the baselines/ diff."
     )
-    ab_failing = [v for v in failing if isinstance(v.get("extra"), dict) and v["extra"].get("ab")]
+    ab_failing = [v for v in failing if ab_title(v)]
     if not ab_failing:
         return record
     by_ab = [v for v in ab_failing if "against the stored baseline" not in str(v.get("message", ""))]
     lines = []
     if by_ab:
         lines.append(
-            f"{by_ab[0]['extra']['ab']}: the working tree (B) measured worse than the ref (A) in interleaved "
+            f"{ab_title(by_ab[0])}: the working tree (B) measured worse than the ref (A) in interleaved "
             "processes on this machine. If the change is intended, accept it in review: an A/B verdict has no "
             "baseline file to update."
         )

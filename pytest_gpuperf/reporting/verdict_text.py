@@ -62,6 +62,12 @@ def format_limit(better: str, tolerance: float) -> str:
     return format_change(1.0 + regression_limit(better, tolerance))
 
 
+def ab_title(verdict: dict[str, Any]) -> str:
+    """``A/B against REF (sha)`` for a verdict of an A/B comparison, else ``""``."""
+    extra = verdict.get("extra")
+    return str(extra.get("ab") or "") if isinstance(extra, dict) else ""
+
+
 def numeric(verdict: dict[str, Any]) -> bool:
     """True when the verdict compares two numbers with a ratio and a tolerance."""
     return (
