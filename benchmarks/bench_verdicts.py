@@ -40,6 +40,7 @@ from perf_tests.models import GPU_TEST_CONFIG, MiniLLM, make_batch, train_step_f
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
 CUDA = os.environ.get("BENCH_DEVICE") == "cuda"
+HOST_SYNC = os.environ.get("BENCH_HOST_SYNC") == "1"
 if not CUDA:
     torch.set_num_threads(2)  # written as most user code is: the default threads of a 2-core runner
 
@@ -56,10 +57,33 @@ def _tiles(value, tile):
 def build(name, device):
     """The step of workload ``name`` at BENCH_SCALE on ``device``."""
     if name == "gemm":  # 4096 x K @ K x 4096, bf16: K in whole 64-wide tiles (4288, 4480: +4.7%, +9.4% of K)
+        # The operands are allocated at the largest K (4480) and sliced, so peak memory is the same at every scale
+        # and only the time verdict can catch the slowdown.
         k = _tiles(4096 * SCALE, 64)
-        a = _randn(4096, k, dtype=torch.bfloat16, device=device)
-        b = _randn(k, 4096, dtype=torch.bfloat16, device=device, seed=1)
-        return lambda: a @ b
+        kmax = max(k, 4480)
+        a = _randn(4096, kmax, dtype=torch.bfloat16, device=device)
+        b = _randn(kmax, 4096, dtype=torch.bfloat16, device=device, seed=1)
+        a_k, b_k = a[:, :k], b[:k]
+        return lambda: a_k @ b_k
+    if name == "attention":  # causal SDPA fwd+bwd, bf16, 4 x 40 heads x 4096 x 128; +10%: 4 more heads' worth
+        import torch.nn.functional as F
+
+        heads, extra = 40, int(round(40 * (SCALE - 1.0)))
+        q, k, v = (_randn(4, heads, 4096, 128, dtype=torch.bfloat16, device=device, seed=i) for i in range(3))
+        g = _randn(4, heads, 4096, 128, dtype=torch.bfloat16, device=device, seed=3)
+        leaves = [t.requires_grad_(True) for t in (q, k, v)]
+        # The extra work: the same kernels on `extra` of the heads (leaf views into the same storage), run after
+        # the main pass's gradients are dropped, so peak memory stays the main pass's.
+        part = [t.detach()[:, :extra].requires_grad_(True) for t in (q, k, v)] if extra else []
+
+        def step():
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+            torch.autograd.grad(out, leaves, g)
+            if part:
+                out = F.scaled_dot_product_attention(*part, is_causal=True)
+                torch.autograd.grad(out, part, g[:, :extra])
+
+        return step
     if name == "elementwise":  # bf16 add over 2^27 elements (+10%: 10% more elements)
         n = int(2**27 * SCALE)
         x, y = _randn(n, dtype=torch.bfloat16, device=device), _randn(n, dtype=torch.bfloat16, device=device, seed=1)
@@ -74,6 +98,8 @@ def build(name, device):
             x.grad = None
             y = layer(x)
             y.sum().backward()
+            if HOST_SYNC:
+                y.sum().item()  # a new host sync per step (the host-overhead check)
             return y
 
         return step
@@ -111,7 +137,7 @@ def test_workload(gpuperf, name):
     gpuperf.measure(build(name, gpuperf.device), memory=False)
 """
 
-GPU_NAMES = ["gemm", "elementwise", "linear", "minillm"]
+GPU_NAMES = ["gemm", "attention", "elementwise", "linear", "minillm"]
 CPU_NAMES = ["cpu_alloc"]
 
 
@@ -142,7 +168,7 @@ def verify(names: list[str], scales: list[float]) -> None:
 
     sys.path[:0] = [str(ROOT)]
     base_ms: dict[str, float] = {}
-    print(f"{'workload':12} {'scale':>6} {'do_bench ms':>12} {'vs 1.0':>8}  kernels (same as 1.0?)")
+    print(f"{'workload':12} {'scale':>6} {'do_bench ms':>12} {'vs 1.0':>8} {'how':>5} {'peak':>14}  kernels (same as 1.0?)")
     kernels0: dict[str, set[str]] = {}
     for name in names:
         for scale in scales:
@@ -153,7 +179,19 @@ def verify(names: list[str], scales: list[float]) -> None:
 
             importlib.reload(bench_workloads)
             step = bench_workloads.build(name, torch.device("cuda"))
-            ms = triton.testing.do_bench(step, warmup=100, rep=400)
+            step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            step()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - before
+            try:
+                ms = triton.testing.do_bench_cudagraph(step, rep=300, return_mode="median")
+                how = "graph"
+            except Exception:  # noqa: BLE001 - not capturable (a host sync): eager do_bench
+                ms = triton.testing.do_bench(step, warmup=100, rep=400, return_mode="median")
+                how = "eager"
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 step()
                 torch.cuda.synchronize()
@@ -161,7 +199,13 @@ def verify(names: list[str], scales: list[float]) -> None:
             base_ms.setdefault(name, ms)
             kernels0.setdefault(name, kernels)
             same = "same" if kernels == kernels0[name] else f"DIFFERENT: {sorted(kernels ^ kernels0[name])[:3]}"
-            print(f"{name:12} {scale:6.3f} {ms:12.4f} {ms / base_ms[name] - 1:+8.1%}  {len(kernels)} kernels, {same}")
+            print(
+                f"{name:12} {scale:6.3f} {ms:12.4f} {ms / base_ms[name] - 1:+8.1%} {how:>5} {peak / 2**20:10.1f} MiB"
+                f"  {len(kernels)} kernels, {same}",
+                flush=True,
+            )
+            if scale == scales[0]:
+                print("    " + "; ".join(sorted(k[:70] for k in kernels)[:6]), flush=True)
             del step
             torch.cuda.empty_cache()
 
@@ -172,8 +216,9 @@ def main() -> None:
     parser.add_argument("--unchanged", type=int, default=None, help="unchanged runs (pytest processes)")
     parser.add_argument("--slowed", type=int, default=None, help="runs per slowdown (pytest processes)")
     parser.add_argument("--verify", action="store_true", help="CUDA: do_bench + kernel names per scale first")
+    parser.add_argument("--verify-only", action="store_true", help="CUDA: only the do_bench + kernel check")
     parser.add_argument("--out", type=Path, default=None, help="JSON lines of every observation")
-    parser.add_argument("--workloads", default=None, help="comma-separated subset (gemm,elementwise,linear,minillm)")
+    parser.add_argument("--workloads", default=None, help="comma-separated subset (gemm,attention,elementwise,linear,minillm)")
     parser.add_argument("--scales", default=None, help="comma-separated slowdown scales (default 1.10,1.05 / 1.5)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
@@ -193,6 +238,8 @@ def main() -> None:
         if cuda and opts.verify:
             sys.path.insert(0, str(project))
             verify(names, [1.0, *scales])
+            if opts.verify_only:
+                return
         env = {**os.environ, "BENCH_SCALE": "1.0", "BENCH_DEVICE": opts.device, "PYTHONPATH": f"{project}:{ROOT}"}
         record = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
         record += ["--gpuperf-update", "--gpuperf-backend", opts.device, *opts.pytest_args, "test_bench.py"]
