@@ -254,7 +254,7 @@ def rejudge(observations: list[dict], baseline_dir: Path, tolerances: list[float
     """Alarm rates had the time tolerance been each of ``tolerances`` (single measurement, no confirmation)."""
     import yaml
 
-    from pytest_gpuperf.compare import judge
+    from pytest_gpuperf.judging.compare import judge
     from pytest_gpuperf.results import Metric
 
     tests: dict = {}

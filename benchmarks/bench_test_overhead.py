@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFTEST = r"""
 import json, os, time
 import pytest
-import pytest_gpuperf.measure as measure
+import pytest_gpuperf.timing as timing
 
 LOOPS = {}
 CALLS = {}
 _current = [None]
-_original = measure.measure_time
+_original = timing.measure_time
 
 
 def _timed(*args, **kwargs):
@@ -45,7 +45,7 @@ def _timed(*args, **kwargs):
     return result
 
 
-measure.measure_time = _timed  # the fixture imports it at each call: this is the one it gets
+timing.measure_time = _timed  # the fixture imports it at each call: this is the one it gets
 
 
 def pytest_sessionstart(session):

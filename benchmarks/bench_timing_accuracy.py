@@ -138,7 +138,7 @@ def ncu_times(names: list[str], out_dir: Path) -> dict[str, float]:
 def plugin_time(fn: Callable[[], object]) -> tuple[float, str]:
     """The plugin's recorded time with its default measuring settings (no baseline: precision stop)."""
     from pytest_gpuperf.backends.cuda import CudaBackend
-    from pytest_gpuperf.measure import MeasureConfig, measure_time
+    from pytest_gpuperf.timing import MeasureConfig, measure_time
 
     result = measure_time(CudaBackend(), fn, MeasureConfig())
     return result.typical, result.method

@@ -24,7 +24,7 @@ import time
 CHILD = r"""
 import json, sys, time, torch
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.measure import MeasureConfig, measure_time
+from pytest_gpuperf.timing import MeasureConfig, measure_time
 x = torch.randn(65536)
 r = measure_time(CpuBackend(), lambda: x * 2, MeasureConfig())
 print(json.dumps({"us": r.typical * 1e6, "warmup_calls": r.warmup_calls, "warmup_s": r.warmup_seconds,
@@ -57,7 +57,7 @@ def contention(busy_count: int) -> None:
     import torch
 
     from pytest_gpuperf.backends.cpu import CpuBackend
-    from pytest_gpuperf.measure import MeasureConfig, measure_time
+    from pytest_gpuperf.timing import MeasureConfig, measure_time
 
     a = torch.randn(128, 128)
     print(f"\n2. 128x128 matmul, 1 thread, alone and beside {busy_count} busy loops (max_time 2 s)")
@@ -84,7 +84,7 @@ def contention(busy_count: int) -> None:
 def budgets() -> None:
     """Part 3: slow and blocking steps under a 1 s budget."""
     from pytest_gpuperf.backends.cpu import CpuBackend
-    from pytest_gpuperf.measure import MeasureConfig, measure_time
+    from pytest_gpuperf.timing import MeasureConfig, measure_time
 
     def spin(seconds: float):
         def step() -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from pytest_gpuperf.backends.cuda import CudaBackend
-from pytest_gpuperf.measure import MeasureConfig, measure_time
+from pytest_gpuperf.timing import MeasureConfig, measure_time
 
 
 def main(label: str) -> None:

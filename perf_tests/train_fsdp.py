@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     if device_type == "cuda":
         peak = float(torch.cuda.max_memory_allocated(device))
     else:
-        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
+        from pytest_gpuperf.backends.cpu_memory import measure_cpu_peak_bytes
 
         peak = float(measure_cpu_peak_bytes(lambda: step(seed=1000 * rank + 999)))
     if rank == 0:

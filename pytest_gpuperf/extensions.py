@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.judging import Judging
-    from pytest_gpuperf.measure import TimingResult
+    from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.results import Metric
+    from pytest_gpuperf.timing import TimingResult
 
 
 @dataclass

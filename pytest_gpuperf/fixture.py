@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.extensions import AfterMeasure
-    from pytest_gpuperf.judging import Judging
-    from pytest_gpuperf.measure import MeasureConfig, TimingResult
-    from pytest_gpuperf.plan import MeasurePlan
+    from pytest_gpuperf.judging.plan import MeasurePlan
+    from pytest_gpuperf.judging.service import Judging
+    from pytest_gpuperf.timing import MeasureConfig, TimingResult
 
 #: Least warm-up on a GPU before sampling (clock ramp-up from idle).
 GPU_WARMUP_SECONDS = 0.3
@@ -173,8 +173,8 @@ class GpuPerf:
             measurement = Measurement(name=name, smoke=True)
             self.measurements.append(measurement)
             return measurement
-        from pytest_gpuperf.measure import measure_time
-        from pytest_gpuperf.plan import plan_measure
+        from pytest_gpuperf.judging.plan import plan_measure
+        from pytest_gpuperf.timing import measure_time
 
         judging = self.judging
         config = self.measure_config()
@@ -224,7 +224,7 @@ class GpuPerf:
         bytes_moved: float | None,
     ) -> dict[str, Metric]:
         """Time a suspected regression once more in this process (when no fresh process can confirm it)."""
-        from pytest_gpuperf.measure import measure_time
+        from pytest_gpuperf.timing import measure_time
 
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         return {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
@@ -238,7 +238,7 @@ class GpuPerf:
         flops: float | None,
         bytes_moved: float | None,
     ) -> list[Metric]:
-        from pytest_gpuperf.judging import judged_timing_metric
+        from pytest_gpuperf.judging.service import judged_timing_metric
 
         typical = timing.typical  # the judged statistic (a low quantile, see stats.STAT_QUANTILE)
         extra: dict[str, Any] = timing.summary()
@@ -347,6 +347,6 @@ def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> Gp
     def after_measure(measured: Any) -> list[Metric]:
         return [metric for metrics in hook(context=measured) for metric in (metrics or [])]
 
-    from pytest_gpuperf.replication import can_replicate
+    from pytest_gpuperf.judging.replication import can_replicate
 
     return GpuPerf(context, session.judging, after_measure, can_replicate(item))

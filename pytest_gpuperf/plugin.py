@@ -34,7 +34,7 @@ pytest_plugins = [
     "pytest_gpuperf.workers.plugin",
     "pytest_gpuperf.ab.plugin",  # last: its pytest_pyfunc_call must run before the distributed one
 ]
-SYNC_TIMER = "pytest_gpuperf.sync_timer.synchronized_perf_counter"
+SYNC_TIMER = "pytest_gpuperf.timing.sync_timer.synchronized_perf_counter"
 
 MARKERS = (
     "gpuperf(time_tolerance=None, memory_tolerance=None, tolerance=None, tolerances=None, max_time=None, "
@@ -115,8 +115,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """
     if "gpuperf_backend" not in metafunc.fixturenames:
         return
+    from pytest_gpuperf.backends.selection import plan_backends
     from pytest_gpuperf.markers import MarkerError, declared_backends, gpuperf_options
-    from pytest_gpuperf.selection import plan_backends
 
     node_id = metafunc.definition.nodeid
     declared = None
@@ -158,7 +158,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if not (get_option(config, "--gpuperf-strict") and get_option(config, "--gpuperf-backend")):
         return
-    from pytest_gpuperf.selection import availability
+    from pytest_gpuperf.backends.selection import availability
 
     for name in selected_backends(config):
         found = availability(name)

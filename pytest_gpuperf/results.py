@@ -14,7 +14,7 @@ Better = Literal["higher", "lower", "equal"]
 #: disagreed); it passes with a visible warning unless ``--gpuperf-strict``.
 Status = Literal["regression", "improvement", "unchanged", "new", "recorded", "info", "changed", "inconclusive"]
 
-#: Metric kinds decide how a metric is judged (see :mod:`pytest_gpuperf.compare`).
+#: Metric kinds decide how a metric is judged (see :mod:`pytest_gpuperf.judging.compare`).
 KIND_TIME = "time"
 KIND_THROUGHPUT = "throughput"
 KIND_MEMORY = "memory"

@@ -2,7 +2,7 @@
 
 Registered by :mod:`pytest_gpuperf.plugin` only when ``--gpuperf`` (or
 ``--gpuperf-update``) is given, so a plain pytest run never pays for it. Everything
-about baselines and verdicts lives in the judging service (:mod:`pytest_gpuperf.judging`);
+about baselines and verdicts lives in the judging service (:mod:`pytest_gpuperf.judging.service`);
 this module only relays pytest's hooks to it and to the reports.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.judging import FileBaselines, Judging, metric_to_entry  # noqa: F401 - metric_to_entry re-exported
+from pytest_gpuperf.judging.service import FileBaselines, Judging, metric_to_entry  # noqa: F401 - metric_to_entry re-exported
 from pytest_gpuperf.results import REPORT_ATTR, verdict_to_dict
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class GpuperfSession:
         outcome = yield
         node_id = item.nodeid
         if outcome.excinfo is None and node_id in self.judging.contexts:
-            from pytest_gpuperf.replication import can_replicate
+            from pytest_gpuperf.judging.replication import can_replicate
 
             if can_replicate(item):
                 self._replicate(item)
@@ -51,7 +51,7 @@ class GpuperfSession:
 
     def _replicate(self, item: pytest.Item) -> None:
         """``--gpuperf-processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
-        from pytest_gpuperf.replication import second_look
+        from pytest_gpuperf.judging.replication import second_look
 
         def fresh(processes: int) -> tuple[list[dict[str, Any]], str]:
             runs, note = self._fresh_runs(item, processes)

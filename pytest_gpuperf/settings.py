@@ -16,7 +16,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.measure import MeasureConfig
+    from pytest_gpuperf.timing import MeasureConfig
 
 # (flag, kind, default, help[, extras]). kind: "bool" | "str" | "float" | "int".
 # extras: metavar, choices (accepted values), aliases (old spellings: working, hidden from --help),
@@ -269,7 +269,7 @@ def _choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
 
 def resolve_settings(config: pytest.Config) -> Settings:
     """Read every option once; raises ``pytest.UsageError`` for bad values."""
-    from pytest_gpuperf.measure import CPU_CLOCKS, GRAPH_MODES, MeasureConfig  # lazily: plain runs stay light
+    from pytest_gpuperf.timing import CPU_CLOCKS, GRAPH_MODES, MeasureConfig  # lazily: plain runs stay light
 
     baselines = Path(get_option(config, "--gpuperf-baselines"))
     if not baselines.is_absolute():
@@ -284,7 +284,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
         cupti=not get_option(config, "--gpuperf-no-cupti"),
     )
-    from pytest_gpuperf.cpu_threads import configure
+    from pytest_gpuperf.backends.cpu_threads import configure
 
     configure(measure.cpu_threads)  # the CPU fingerprint records it
     return Settings(

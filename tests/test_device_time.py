@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from pytest_gpuperf.contention import ContentionGuard
-from pytest_gpuperf.cupti import per_range_sums, step_ranges_and_work
-from pytest_gpuperf.device_time import measure_device_time
-from pytest_gpuperf.measure import MeasureConfig, TimingResult
-from pytest_gpuperf.nvml import ClockReading, ClockWatch, Nvml, reason_names
-from pytest_gpuperf.warmup import WarmupResult
+from pytest_gpuperf.timing import MeasureConfig, TimingResult
+from pytest_gpuperf.timing.contention import ContentionGuard
+from pytest_gpuperf.timing.cuda.cupti import per_range_sums, step_ranges_and_work
+from pytest_gpuperf.timing.cuda.device_time import measure_device_time
+from pytest_gpuperf.timing.cuda.nvml import ClockReading, ClockWatch, Nvml, reason_names
+from pytest_gpuperf.timing.warmup import WarmupResult
 
 
 class FakeCuda:
@@ -216,7 +216,7 @@ def test_this_torchs_profiler_events_yield_the_step_ranges():
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from pytest_gpuperf.cupti import RANGE_PREFIX, profiled_events
+    from pytest_gpuperf.timing.cuda.cupti import RANGE_PREFIX, profiled_events
 
     x = torch.randn(1000)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -138,7 +138,7 @@ def test_pool_outcome_is_broken_by_any_fault_or_a_dirty_rank_but_not_by_skips() 
 
 def test_lockstep_config_replaces_every_clock_decision_by_a_count_all_ranks_share() -> None:
     from pytest_gpuperf.distributed.lockstep import lockstep_config
-    from pytest_gpuperf.measure import MeasureConfig
+    from pytest_gpuperf.timing import MeasureConfig
 
     base = MeasureConfig(max_time=1.0, min_samples=10, max_samples=200, warmup_time=0.05, cpu_clock="auto")
     config = lockstep_config(base, seconds_per_call=0.04)
@@ -167,7 +167,7 @@ def test_a_ranks_handle_is_the_cores_own_on_a_lockstep_backend_with_agreed_setti
     from pytest_gpuperf.context import build_context
     from pytest_gpuperf.distributed.lockstep import LockstepBackend, lockstep_handle
     from pytest_gpuperf.fixture import GpuPerf
-    from pytest_gpuperf.measure import MeasureConfig
+    from pytest_gpuperf.timing import MeasureConfig
 
     handle = lockstep_handle(build_context("t.py::test", get_backend("cpu"), {}, 2), None)
     assert type(handle) is GpuPerf

@@ -11,7 +11,7 @@ import pytest
 from pytest_gpuperf.baselines import BaselineFile
 from pytest_gpuperf.context import MarkerError, TestContext, build_context
 from pytest_gpuperf.fingerprint import baseline_filename
-from pytest_gpuperf.judging import (
+from pytest_gpuperf.judging.service import (
     CollectingJudging,
     FileBaselines,
     FixedBaselines,
@@ -19,8 +19,8 @@ from pytest_gpuperf.judging import (
     judged_timing_metric,
     metric_to_entry,
 )
-from pytest_gpuperf.measure import MeasureConfig
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric
+from pytest_gpuperf.timing import MeasureConfig
 
 NODE = "test_x.py::test_step[fake]"
 

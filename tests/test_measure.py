@@ -7,15 +7,9 @@ import pytest
 import torch
 
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.measure import (
-    STAT_QUANTILE,
-    MeasureConfig,
-    measure_time,
-    quantile,
-    quantile_precision,
-    spread_subset,
-)
-from pytest_gpuperf.stop_rule import stop_rule_for
+from pytest_gpuperf.judging.stop_rule import stop_rule_for
+from pytest_gpuperf.stats import STAT_QUANTILE, quantile, quantile_precision, spread_subset
+from pytest_gpuperf.timing import MeasureConfig, measure_time
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_gpuperf.measure import MeasureConfig, measure_time
+from pytest_gpuperf.timing import MeasureConfig, measure_time
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by gpu/trust.sh)")
 
@@ -94,7 +94,7 @@ def test_graph_memory_is_released_after_measuring(cuda):
 
 
 def test_l2_flush_makes_a_cache_resident_read_slower(cuda):
-    from pytest_gpuperf.l2_flush import cache_bytes
+    from pytest_gpuperf.timing.l2_flush import cache_bytes
 
     assert cache_bytes(torch.device("cuda")) == torch.cuda.get_device_properties(0).L2_cache_size
     x = torch.randn(4 << 20, device="cuda")  # 16 MiB: fits in the H200's 60 MiB L2
@@ -117,7 +117,7 @@ def test_a_capture_invalidated_by_a_synchronize_leaves_the_rng_working(cuda):
 
 
 def test_nvml_reads_the_sm_clock_of_the_current_device():
-    from pytest_gpuperf.nvml import current_device_reader
+    from pytest_gpuperf.timing.cuda.nvml import current_device_reader
 
     reading = current_device_reader()()
     assert reading.sm_clock_mhz > 0 and reading.reasons >= 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuperf.selection import BackendParam, plan_backends
+from pytest_gpuperf.backends.selection import BackendParam, plan_backends
 
 MULTI_BACKEND_TEST = """
 import pytest
@@ -102,7 +102,7 @@ def test_plan_for_a_marked_test_keeps_absent_backends_as_skips_with_the_reason()
 
 
 def test_backend_first_ids_of_older_baselines() -> None:
-    from pytest_gpuperf.selection import backend_first_id
+    from pytest_gpuperf.backends.selection import backend_first_id
 
     assert backend_first_id("t.py::test_x[64-cpu]", "cpu") == "t.py::test_x[cpu-64]"
     assert backend_first_id("t.py::test_x[a-b-cuda]", "cuda") == "t.py::test_x[cuda-a-b]"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_gpuperf.measure import TimingResult
-from pytest_gpuperf.stop_rule import stop_rule_for
+from pytest_gpuperf.judging.stop_rule import stop_rule_for
+from pytest_gpuperf.timing import TimingResult
 
 
 def _result(samples: list[float]) -> TimingResult:

@@ -68,7 +68,7 @@ def test_a_sleeping_step_is_recorded_by_the_wall_clock(pytester: pytest.Pytester
 
 
 def test_timing_options_reach_the_measuring_config(pytester: pytest.Pytester) -> None:
-    from pytest_gpuperf import cpu_threads
+    from pytest_gpuperf.backends import cpu_threads
     from pytest_gpuperf.settings import resolve_settings
 
     before = cpu_threads.configured()

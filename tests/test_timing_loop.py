@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_gpuperf import cpu_threads
+from pytest_gpuperf.backends import cpu_threads
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.contention import (
+from pytest_gpuperf.fingerprint import software_differences
+from pytest_gpuperf.timing import MeasureConfig, TimingResult, measure_time
+from pytest_gpuperf.timing.contention import (
     ContentionGuard,
     parse_cpu_pressure,
     parse_schedstat,
     read_cpu_pressure,
     thread_wait_reader,
 )
-from pytest_gpuperf.fingerprint import software_differences
-from pytest_gpuperf.measure import MeasureConfig, TimingResult, measure_time, sample_floor, sample_loop
-from pytest_gpuperf.warmup import iters_for, steady, warm_up
+from pytest_gpuperf.timing.sampling import sample_floor, sample_loop
+from pytest_gpuperf.timing.warmup import iters_for, steady, warm_up
 
 DATA = Path(__file__).parent / "data" / "proc"
 

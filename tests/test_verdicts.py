@@ -11,8 +11,8 @@ import pytest
 
 from pytest_gpuperf.context import build_context
 from pytest_gpuperf.fixture import GpuPerf
-from pytest_gpuperf.judging import FixedBaselines, Judging
-from pytest_gpuperf.replication import combine, noise_facts, tolerance_warning
+from pytest_gpuperf.judging.replication import combine, noise_facts, tolerance_warning
+from pytest_gpuperf.judging.service import FixedBaselines, Judging
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_CUSTOM, KIND_TIME, Metric
 from pytest_gpuperf.stats import STAT_QUANTILE, min_detectable_change, noise_bound, quantile
 from tests.test_judging import NODE, FakeBackend, settings

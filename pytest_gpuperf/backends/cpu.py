@@ -57,7 +57,7 @@ class CpuBackend(TorchBackend):
         return Availability(True, f"CPU: {_cpu_model_name()}")
 
     def fingerprint(self) -> dict[str, Any]:
-        from pytest_gpuperf.cpu_threads import effective
+        from pytest_gpuperf.backends.cpu_threads import effective
 
         return {
             "backend": "cpu",
@@ -77,15 +77,15 @@ class CpuBackend(TorchBackend):
 
     def time_block(self, step: Callable[[], object], iters: int) -> float:
         """Wall seconds of ``iters`` calls, with the session's measuring threads (``--gpuperf-cpu-threads``)."""
-        from pytest_gpuperf.cpu_threads import session_threads
+        from pytest_gpuperf.backends.cpu_threads import session_threads
 
         with session_threads():
             return super().time_block(step, iters)
 
     def measure_peak_memory(self, step: Callable[[], object]) -> int:
         """Peak bytes of one call through torch's CPU allocator, with the session's measuring threads."""
-        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
-        from pytest_gpuperf.cpu_threads import session_threads
+        from pytest_gpuperf.backends.cpu_memory import measure_cpu_peak_bytes
+        from pytest_gpuperf.backends.cpu_threads import session_threads
 
         with session_threads():
             return measure_cpu_peak_bytes(step)

@@ -32,7 +32,7 @@ TIMING_DERIVED = ("flop_rate", "bandwidth", "roof_share", "roof_fraction")
 #: Fields that say how a metric was measured: a change rewrites the entry whatever the values.
 IDENTITY_FIELDS = ("unit", "better", "kind", "method")
 _TIMING_KINDS = ("time", "throughput")
-#: Numbers about a timing measurement its entry keeps (read by :mod:`pytest_gpuperf.evidence`).
+#: Numbers about a timing measurement its entry keeps (read by :mod:`pytest_gpuperf.judging.evidence`).
 MEASUREMENT_FACTS = ("sm_clock_mhz", "processes", "process_spread", "min_detectable_change", "noise_bound")
 
 Entries = dict[str, dict[str, dict[str, Any]]]
@@ -83,7 +83,7 @@ def entries_for(metrics: list[Metric]) -> dict[str, dict[str, Any]]:
 
 def _moved(metric: Metric, old: dict[str, Any], where: str) -> Verdict | None:
     """The judged verdict when ``metric`` stayed within its tolerance of ``old``; None when it moved."""
-    from pytest_gpuperf.compare import judge
+    from pytest_gpuperf.judging.compare import judge
 
     tolerance = metric.tolerance if metric.tolerance is not None else 0.05
     verdict = judge(dataclasses.replace(metric, judged=True), old, tolerance, where)
@@ -136,7 +136,7 @@ def decide(
 
 def _stored_key(node_id: str, backend: str, baseline: BaselineFile | None) -> str:
     """The key of the test's entries in ``baseline``: its id, or the older backend-first id they were recorded under."""
-    from pytest_gpuperf.selection import backend_first_id
+    from pytest_gpuperf.backends.selection import backend_first_id
 
     if baseline is None or node_id in baseline.stored:
         return node_id

@@ -40,11 +40,11 @@ def second_opinion(item: Any, handle: GpuPerf | None, again: Callable[[], dict[s
     """Run a whole-process measurement (a script on N ranks) ``again`` where one run cannot be trusted alone.
 
     Each run of a script is a fresh set of processes, so recording and confirming work as for any test
-    (:func:`pytest_gpuperf.replication.second_look`), with another run of the script as the fresh process.
+    (:func:`pytest_gpuperf.judging.replication.second_look`), with another run of the script as the fresh process.
     """
     if handle is None or handle.judging is None:
         return
-    from pytest_gpuperf.replication import second_look
+    from pytest_gpuperf.judging.replication import second_look
 
     second_look(
         handle.judging, item.nodeid, lambda runs: ([again() for _ in range(runs)], ""), "a second run of the script"

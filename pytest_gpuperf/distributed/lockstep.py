@@ -31,8 +31,8 @@ from pytest_gpuperf.fixture import GpuPerf
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.judging import Judging
-    from pytest_gpuperf.measure import MeasureConfig
+    from pytest_gpuperf.judging.service import Judging
+    from pytest_gpuperf.timing import MeasureConfig
 
 
 def agree_max(value: float, device: Any) -> float:

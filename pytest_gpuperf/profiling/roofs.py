@@ -249,7 +249,7 @@ def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[s
     if not backend.runs_torch:
         return None
     if backend.name == "cpu":  # with the thread count CPU steps are measured with (--gpuperf-cpu-threads)
-        from pytest_gpuperf.cpu_threads import effective, measuring_threads
+        from pytest_gpuperf.backends.cpu_threads import effective, measuring_threads
 
         with measuring_threads(effective()):
             return _torch_roof(backend, what, cls, tries)

@@ -36,7 +36,7 @@ NOT_OK = ("regression", "changed", "improvement", "new", "inconclusive")
 def memory_allowance() -> int:
     """The judge's absolute peak-memory allowance in bytes."""
     try:
-        from pytest_gpuperf import compare
+        from pytest_gpuperf.judging import compare
 
         return int(getattr(compare, "MEMORY_SLACK_BYTES", DEFAULT_MEMORY_ALLOWANCE))
     except ImportError:

@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _select_device(spec: str) -> None:
     """Point the vulkan backend at ``spec``, raising ``pytest.UsageError`` with the adapters when it fails."""
     from pytest_gpuperf.backends import get_backend
-    from pytest_gpuperf.selection import forget_availability
+    from pytest_gpuperf.backends.selection import forget_availability
 
     try:
         import wgpu  # noqa: F401
@@ -64,7 +64,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Return the vulkan backend to its default adapter (in-process runs share the backend instance)."""
     if str(get_option(config, "--gpuperf-vulkan-device") or "").strip():
         from pytest_gpuperf.backends import get_backend
-        from pytest_gpuperf.selection import forget_availability
+        from pytest_gpuperf.backends.selection import forget_availability
 
         get_backend("vulkan").select("")  # type: ignore[attr-defined]
         forget_availability("vulkan")

@@ -3,7 +3,7 @@
 A run must be timed the way its baseline was, or the comparison is between two
 different things: the plan reuses the baseline's timing method (CUDA graph or event
 loops; thread CPU time or wall time) when the baseline names it. The stop rule
-(:mod:`pytest_gpuperf.stop_rule`) comes from the judged metric's baseline entry and
+(:mod:`pytest_gpuperf.judging.stop_rule`) comes from the judged metric's baseline entry and
 tolerance, both asked of the judging service.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pytest_gpuperf.judging import judged_timing_metric
+from pytest_gpuperf.judging.service import judged_timing_metric
 
 if TYPE_CHECKING:
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.judging import Judging
-    from pytest_gpuperf.measure import MeasureConfig
-    from pytest_gpuperf.stop_rule import StopRule
+    from pytest_gpuperf.judging.service import Judging
+    from pytest_gpuperf.judging.stop_rule import StopRule
+    from pytest_gpuperf.timing import MeasureConfig
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def plan_measure(
     context: TestContext, judging: Judging, config: MeasureConfig, name: str, items: float | None
 ) -> MeasurePlan:
     """Choose timing method and stop rule for step ``name`` (see module docstring)."""
-    from pytest_gpuperf.stop_rule import stop_rule_for
+    from pytest_gpuperf.judging.stop_rule import stop_rule_for
 
     judged, kind = judged_timing_metric(name, items)
     entry = judging.entry(context, judged)

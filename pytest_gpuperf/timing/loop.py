@@ -3,14 +3,14 @@
 Phases of :func:`measure_time`, all inside ``max_time`` (one call of a step
 longer than the budget is still made, so a slow step costs about two calls):
 
-1. **Warm-up** (:mod:`pytest_gpuperf.warmup`): at least ``warmup_time`` and ``warmup_calls`` calls, then
+1. **Warm-up** (:mod:`pytest_gpuperf.timing.warmup`): at least ``warmup_time`` and ``warmup_calls`` calls, then
    until the step's recent calls stop trending, at most ``warmup_share`` of the budget; a step that never
    settles is flagged (``settled=False``). The warm-up also calibrates the iterations per sample (no separate
    calibration calls) and, on the CPU's thread clock, detects a step that blocks (sleeps, waits for I/O,
    threads or a collective): that step is timed by the wall clock.
 2. **Sampling**: each *sample* is ``iters`` back-to-back calls divided by ``iters`` (one sample lasts at least
    ``min_sample_time``). Samples the measuring thread spent waiting for a CPU are retaken (bounded) by a
-   :class:`~pytest_gpuperf.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
+   :class:`~pytest_gpuperf.timing.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
    Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's
    :class:`~pytest_gpuperf.decision.StopRule` says more samples would not change the verdict), ``precise``
    (no baseline; the judged quantile's 95% half-width is below ``target_precision``), ``max_samples``, or
@@ -23,7 +23,7 @@ How the judged samples are timed (``TimingResult.method``):
   thread's CPU time, so slices the scheduler gave to other processes are not counted;
 * ``wall``: a CPU step found blocking on the thread clock, timed by the wall clock (``method_note`` says why);
 * ``events``: the backend's ``time_block`` (sync + host clock on the CPU, device events elsewhere);
-* ``cuda_graph`` / ``cupti``: on CUDA, the GPU's own time per step (:mod:`pytest_gpuperf.device_time`):
+* ``cuda_graph`` / ``cupti``: on CUDA, the GPU's own time per step (:mod:`pytest_gpuperf.timing.cuda.device_time`):
   replay of a CUDA graph of the whole step, else the sum of its kernels' durations; the eager per-step time
   (events around eager calls) is kept beside it (``eager_samples``, ``host_overhead``, ``host_bound``);
 * ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache, timed alone.
@@ -40,8 +40,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pytest_gpuperf.contention import ContentionGuard, thread_wait_reader
-from pytest_gpuperf.sampling import (  # noqa: F401 (re-exported: the loop's public vocabulary)
+from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401
+from pytest_gpuperf.timing.contention import ContentionGuard, thread_wait_reader
+from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loop's public vocabulary)
     BLOCKING_SHARE,
     CPU_CLOCKS,
     GRAPH_MODES,
@@ -54,8 +55,7 @@ from pytest_gpuperf.sampling import (  # noqa: F401 (re-exported: the loop's pub
     sample_floor,
     sample_loop,
 )
-from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401
-from pytest_gpuperf.warmup import WarmupResult, iters_for, warm_up
+from pytest_gpuperf.timing.warmup import WarmupResult, iters_for, warm_up
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -124,7 +124,7 @@ def measure_time(
     ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the verdict is clear;
     without it sampling stops at ``target_precision``.
     """
-    from pytest_gpuperf.cpu_threads import measuring_threads
+    from pytest_gpuperf.backends.cpu_threads import measuring_threads
 
     started = time.perf_counter()
     threads = config.cpu_threads if backend.name == "cpu" else 0
@@ -162,7 +162,7 @@ def _measure(
         result.method_note = "; ".join(filter(None, [result.method_note, note]))
     guard = new_guard(config)
     if config.l2_flush and backend.runs_torch:
-        from pytest_gpuperf.l2_flush import L2Flusher, time_flushed
+        from pytest_gpuperf.timing.l2_flush import L2Flusher, time_flushed
 
         flusher = L2Flusher(backend.device())
         flusher()
@@ -173,7 +173,7 @@ def _measure(
             lambda: time_flushed(timer, step, iters, flusher) / iters, result, config, stop_rule, deadline, floor, guard
         )
     elif backend.name == "cuda":
-        from pytest_gpuperf.device_time import measure_device_time
+        from pytest_gpuperf.timing.cuda.device_time import measure_device_time
 
         measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
     else:

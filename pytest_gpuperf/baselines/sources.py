@@ -105,7 +105,7 @@ class FileBaselines:
         baseline = self.file(context)
         if baseline is None:
             return {}
-        from pytest_gpuperf.selection import backend_first_id  # entries recorded when the backend came first
+        from pytest_gpuperf.backends.selection import backend_first_id  # entries recorded when the backend came first
 
         found = baseline.tests.get(context.node_id)
         legacy = backend_first_id(context.node_id, context.backend.name)

@@ -1,8 +1,8 @@
 """The measuring loop's vocabulary: its settings, its result and the sampling loop with its stop reasons.
 
-Below :mod:`pytest_gpuperf.measure` (which warms up and chooses the clock) and
-:mod:`pytest_gpuperf.device_time` (device time on CUDA), both of which sample
-through :func:`sample_loop`; see :mod:`pytest_gpuperf.measure` for the phases.
+Below :mod:`pytest_gpuperf.timing.loop` (which warms up and chooses the clock) and
+:mod:`pytest_gpuperf.timing.cuda.device_time` (device time on CUDA), both of which sample
+through :func:`sample_loop`; see :mod:`pytest_gpuperf.timing.loop` for the phases.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_gpuperf.contention import WAIT_SHARE_LIMIT
 from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision
-from pytest_gpuperf.warmup import SETTLE_TOLERANCE
+from pytest_gpuperf.timing.contention import WAIT_SHARE_LIMIT
+from pytest_gpuperf.timing.warmup import SETTLE_TOLERANCE
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.contention import ContentionGuard
+    from pytest_gpuperf.timing.contention import ContentionGuard
 
 GRAPH_MODES = ("auto", "on", "off")
 CPU_CLOCKS = ("auto", "thread", "wall")

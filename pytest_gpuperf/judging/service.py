@@ -8,7 +8,7 @@ call asks of the baselines, so there is exactly one place that
   process sent to a rank);
 * picks a metric's tolerance (marker per metric, marker per kind, then the ini default);
 * decides which timing metric of a step is judged (:func:`judged_timing_metric`);
-* judges metrics (:func:`pytest_gpuperf.compare.judge`) and keeps the verdicts per test;
+* judges metrics (:func:`pytest_gpuperf.judging.compare.judge`) and keeps the verdicts per test;
 * collects the entries ``--gpuperf-update`` writes at the end of the session.
 
 The fixture and the ranks use it through the same methods; the session only relays pytest hooks.
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.baseline_sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
+from pytest_gpuperf.baselines.sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
 from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 
 if TYPE_CHECKING:
@@ -146,8 +146,8 @@ class Judging:
         """One metric against its entry; inconclusive when the ``evidence`` cannot decide (:mod:`.evidence`)."""
         from dataclasses import replace
 
-        from pytest_gpuperf.compare import judge
-        from pytest_gpuperf.evidence import inconclusive, timing_reason
+        from pytest_gpuperf.judging.compare import judge
+        from pytest_gpuperf.judging.evidence import inconclusive, timing_reason
 
         verdict = judge(metric, entry, tolerance, where)
         mdc = (entry or {}).get("min_detectable_change")
@@ -160,7 +160,7 @@ class Judging:
     @staticmethod
     def _explain_bounds(verdicts: list[Verdict], entries: Entries) -> list[Verdict]:
         """A bound class that changed while the step's FLOPs per byte did not is inconclusive (a speed effect)."""
-        from pytest_gpuperf.evidence import BOUND, bound_reason, inconclusive
+        from pytest_gpuperf.judging.evidence import BOUND, bound_reason, inconclusive
 
         intensity = {v.metric.name: v.metric.value for v in verdicts if v.metric.name.endswith(".arithmetic_intensity")}
         out = []
@@ -184,7 +184,7 @@ class Judging:
     ) -> list[Verdict]:
         """Re-judge the suspects of ``first`` with the metrics measured ``again`` (None: could not be measured)."""
         from pytest_gpuperf.fingerprint import describe
-        from pytest_gpuperf.replication import reconcile
+        from pytest_gpuperf.judging.replication import reconcile
 
         entries, described = self.entries(context), describe(self.fingerprint(context))
         out = []
@@ -213,7 +213,7 @@ class Judging:
 
     def merge_processes(self, node_id: str, runs: list[dict[str, Metric]]) -> None:
         """Under ``--gpuperf-update``: store each timing metric from this and the fresh processes' measurements."""
-        from pytest_gpuperf.replication import combine, is_timing
+        from pytest_gpuperf.judging.replication import combine, is_timing
 
         context = self.contexts.get(node_id)
         if context is None:
@@ -234,7 +234,7 @@ class Judging:
 
     def warnings_for(self, node_id: str) -> list[str]:
         """What the user should see even when the test passes: inconclusive verdicts, tolerances below the noise."""
-        from pytest_gpuperf.replication import tolerance_warning
+        from pytest_gpuperf.judging.replication import tolerance_warning
 
         lines = []
         for verdict in self.verdicts.get(node_id, []):
@@ -303,7 +303,7 @@ def suspects(verdicts: list[Verdict]) -> list[Verdict]:
 
     Also those made inconclusive only by their run's conditions (unsettled, contended): another run may clear them.
     """
-    from pytest_gpuperf.evidence import CONDITIONS
+    from pytest_gpuperf.judging.evidence import CONDITIONS
 
     return [
         v
@@ -315,7 +315,7 @@ def suspects(verdicts: list[Verdict]) -> list[Verdict]:
 
 def _note_single_process(verdict: Verdict) -> None:
     """A recorded timing metric's noise facts from its own process (replaced when fresh processes add theirs)."""
-    from pytest_gpuperf.replication import is_timing, noise_facts
+    from pytest_gpuperf.judging.replication import is_timing, noise_facts
 
     metric = verdict.metric
     if is_timing(metric) and "processes" not in metric.extra:

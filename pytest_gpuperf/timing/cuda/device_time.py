@@ -7,16 +7,16 @@ processes eager times spread 2.2x where replays spread 0.5%. So the judged
 samples are the GPU's own time per step:
 
 * ``cuda_graph``: the whole step (forward, backward, a capturable optimizer)
-  captured into one graph (:mod:`pytest_gpuperf.cuda_graph`), replays timed by
+  captured into one graph (:mod:`pytest_gpuperf.timing.cuda.graph`), replays timed by
   events; an eager sample (events around ``iters`` eager calls, retaken when the
   host thread waited for a CPU) is taken beside each replay;
 * ``cupti``: capture failed (a host sync, a non-capturable op or optimizer):
   eager samples first (half the remaining budget), then one profiler session
-  whose per-step kernel durations are summed (:mod:`pytest_gpuperf.cupti`);
+  whose per-step kernel durations are summed (:mod:`pytest_gpuperf.timing.cuda.cupti`);
 * ``events``: neither worked; the eager samples are judged (``method_note`` says why).
 
 The eager samples give ``eager_time`` and ``host_overhead`` (eager minus device
-time) and ``host_bound``; NVML readings (:mod:`pytest_gpuperf.nvml`) taken at the
+time) and ``host_bound``; NVML readings (:mod:`pytest_gpuperf.timing.cuda.nvml`) taken at the
 start, every :data:`CLOCK_EVERY` samples and at the end go into ``clocks``.
 """
 
@@ -26,15 +26,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.sampling import TimingResult, counted, sample_loop
 from pytest_gpuperf.stats import median, quantile_precision
+from pytest_gpuperf.timing.sampling import TimingResult, counted, sample_loop
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.contention import ContentionGuard
-    from pytest_gpuperf.nvml import ClockWatch
-    from pytest_gpuperf.sampling import MeasureConfig, StopCheck
-    from pytest_gpuperf.warmup import WarmupResult
+    from pytest_gpuperf.timing.contention import ContentionGuard
+    from pytest_gpuperf.timing.cuda.nvml import ClockWatch
+    from pytest_gpuperf.timing.sampling import MeasureConfig, StopCheck
+    from pytest_gpuperf.timing.warmup import WarmupResult
 
 #: Read NVML every this many samples (a reading costs tens of microseconds).
 CLOCK_EVERY = 10
@@ -46,19 +46,19 @@ KernelSums = Callable[[Callable[[], object], int], tuple[list[float], str]]
 
 
 def _default_capture(step: Callable[[], object], iters: int) -> tuple[Any, str]:
-    from pytest_gpuperf.cuda_graph import capture
+    from pytest_gpuperf.timing.cuda.graph import capture
 
     return capture(step, iters)
 
 
 def _default_kernel_sums(step: Callable[[], object], steps: int) -> tuple[list[float], str]:
-    from pytest_gpuperf.cupti import kernel_sums
+    from pytest_gpuperf.timing.cuda.cupti import kernel_sums
 
     return kernel_sums(step, steps)
 
 
 def _default_watch() -> ClockWatch:
-    from pytest_gpuperf.nvml import ClockWatch
+    from pytest_gpuperf.timing.cuda.nvml import ClockWatch
 
     return ClockWatch.for_current_device()
 

@@ -7,7 +7,7 @@ judged quantile in four fresh CPU processes read 4.85, 5.36, 19.3 and 5.22 ms. S
   fresh ones, stores the median process's numbers and the **spread between processes**
   (``process_spread``), and the **minimum detectable change** (:func:`~pytest_gpuperf.stats.min_detectable_change`);
 * a suspected time regression is measured again in a fresh process before it fails the test: a
-  confirmation that disagrees makes the verdict inconclusive (:mod:`pytest_gpuperf.evidence`).
+  confirmation that disagrees makes the verdict inconclusive (:mod:`pytest_gpuperf.judging.evidence`).
 
 The processes themselves come from the ``pytest_gpuperf_run_in_fresh_processes`` hook (the distributed
 feature's worker pool); these functions only combine what they measured.
@@ -79,7 +79,7 @@ def tolerance_warning(metric: Metric) -> str | None:
 
 def reconcile(first: Verdict, confirmation: Verdict | None, note: str = "", where: str = "a fresh process") -> Verdict:
     """The verdict after a confirmation: agreeing keeps it, disagreeing makes it inconclusive."""
-    from pytest_gpuperf.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
+    from pytest_gpuperf.judging.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
 
     if confirmation is None:
         why = f" ({note})" if note else ""

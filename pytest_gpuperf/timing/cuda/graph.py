@@ -10,7 +10,7 @@ inter-node gaps). Capture fails for steps that synchronize with the host
 (``.item()``, printing a tensor), that use non-capturable ops or optimizers
 (``capturable=False``), or that allocate in ways the graph pool cannot serve;
 :func:`capture` then returns None with the reason, leaves torch's CUDA RNG
-usable, and the caller falls back (:mod:`pytest_gpuperf.device_time`).
+usable, and the caller falls back (:mod:`pytest_gpuperf.timing.cuda.device_time`).
 """
 
 from __future__ import annotations

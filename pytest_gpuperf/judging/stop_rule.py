@@ -12,7 +12,7 @@ and ``t`` the tolerance, sampling stops when
 * the run's own half-width is below ``t / 4`` (more samples cannot sharpen a borderline case),
 
 otherwise at the time budget, which the verdict then reports. ``r`` is read from
-the same samples and quantile :mod:`pytest_gpuperf.compare` will judge.
+the same samples and quantile :mod:`pytest_gpuperf.judging.compare` will judge.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.compare import judged_quantile
+from pytest_gpuperf.judging.compare import judged_quantile
 from pytest_gpuperf.stats import quantile, quantile_precision
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.measure import TimingResult
+    from pytest_gpuperf.timing import TimingResult
 
 #: Stop on precision alone once the run's statistic is known to this fraction of the tolerance.
 PRECISION_FRACTION = 0.25

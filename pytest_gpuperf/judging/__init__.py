@@ -1,0 +1,9 @@
+"""Judging: a run's metrics against their baselines (the measuring pipeline's "judge" stage).
+
+* :mod:`.service`: :class:`~.service.Judging`, one per process: entries, tolerances, verdicts, entries to record;
+* :mod:`.plan`: how one ``measure()`` call times its step (method, stop rule) from the judged metric's entry;
+* :mod:`.stop_rule`: when the samples can decide against the baseline;
+* :mod:`.compare`: one metric against one entry;
+* :mod:`.evidence`: when a verdict is inconclusive instead;
+* :mod:`.replication`: the verdict from N processes, and the fresh confirmation of a suspect.
+"""
