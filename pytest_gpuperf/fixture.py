@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_gpuperf.context import MARKER_KEYS  # noqa: F401 - re-exported for older imports
 from pytest_gpuperf.results import (
     KIND_CUSTOM,
+    KIND_CYCLES,
+    KIND_HOST,
     KIND_MEMORY,
     KIND_THROUGHPUT,
     KIND_TIME,
@@ -270,6 +272,7 @@ class GpuPerf:
                     extra=dict(extra),
                 )
             )
+        metrics += _clock_metrics(name, timing, extra)
         if flops:
             metrics.append(Metric(f"{name}.flop_rate", flops / typical, "FLOP/s", "higher", KIND_CUSTOM, judged=False))
         if bytes_moved:
@@ -319,6 +322,50 @@ class GpuPerf:
         if unit == "B":
             return non_negative_number(value, f"{what}: value"), KIND_MEMORY
         return finite_number(value, f"{what}: value"), KIND_CUSTOM
+
+
+#: A host-overhead change smaller than this share of the step's eager time is never a regression.
+HOST_SLACK_SHARE = 0.05
+
+
+def _clock_metrics(name: str, timing: TimingResult, extra: dict[str, Any]) -> list[Metric]:
+    """CUDA: cycles per step (judged when the SM clock moved, :mod:`.judging.clock_rule`) and host overhead."""
+    from pytest_gpuperf.stats import STAT_QUANTILE, quantile
+
+    out = []
+    cycles = timing.cycles_samples
+    if cycles:
+        facts = {k: extra[k] for k in ("sm_clock_mhz", "mem_clock_mhz", "method") if k in extra}
+        out.append(
+            Metric(
+                f"{name}.cycles",
+                round(quantile(cycles, STAT_QUANTILE)),
+                "cycles",
+                "lower",
+                KIND_CYCLES,
+                samples=cycles,
+                judged=False,
+                extra=facts,
+            )
+        )
+    host = timing.host_overhead_samples
+    eager = timing.eager_time
+    if host and eager:
+        # A change smaller than HOST_SLACK_SHARE of the step's eager time is never a regression: a device-bound
+        # step hides its host work behind the device, so its overhead is a small, noisy difference.
+        slack = HOST_SLACK_SHARE * eager
+        out.append(
+            Metric(
+                f"{name}.host_overhead",
+                quantile(host, 0.5),
+                "s",
+                "lower",
+                KIND_HOST,
+                samples=host,
+                extra={"eager_time": eager, "abs_slack": slack, "host_bound": timing.host_bound},
+            )
+        )
+    return out
 
 
 def _is_integer(value: object) -> bool:

@@ -57,6 +57,7 @@ def _tolerance(value: Any, what: str) -> float:
 def gpuperf_marker(
     time_tolerance: Any = None,
     memory_tolerance: Any = None,
+    host_tolerance: Any = None,
     tolerance: Any = None,
     tolerances: Any = None,
     max_time: Any = None,
@@ -69,7 +70,8 @@ def gpuperf_marker(
 ) -> dict[str, Any]:
     """The checked keyword arguments of ``@pytest.mark.gpuperf`` (only those given); raises :class:`MarkerError`.
 
-    Tolerances are fractions >= 0, each also a mapping per backend (``{"cuda": 0.1}``);
+    Tolerances are fractions >= 0, each also a mapping per backend (``{"cuda": 0.1}``; ``host_tolerance``
+    is the CUDA host overhead's);
     ``tolerances`` maps metric names to fractions; ``max_time`` (seconds) and ``precision``
     are > 0; ``min_samples`` is a whole number >= 1; ``bound`` a bound class, ``informational``
     metric names, both also per backend.
@@ -77,6 +79,7 @@ def gpuperf_marker(
     given = {
         "time_tolerance": time_tolerance,
         "memory_tolerance": memory_tolerance,
+        "host_tolerance": host_tolerance,
         "tolerance": tolerance,
         "tolerances": tolerances,
         "max_time": max_time,
@@ -88,6 +91,7 @@ def gpuperf_marker(
     checks: dict[str, Callable[[Any, str], Any]] = {
         "time_tolerance": lambda v, w: _per_backend(v, w, _tolerance),
         "memory_tolerance": lambda v, w: _per_backend(v, w, _tolerance),
+        "host_tolerance": lambda v, w: _per_backend(v, w, _tolerance),
         "tolerance": lambda v, w: _per_backend(v, w, _tolerance),
         "tolerances": _metric_tolerances,
         "max_time": lambda v, w: positive_number(v, f"{w} (seconds, > 0)"),

@@ -20,6 +20,12 @@ KIND_THROUGHPUT = "throughput"
 KIND_MEMORY = "memory"
 KIND_CATEGORY = "category"
 KIND_CUSTOM = "custom"
+#: CUDA: cycles per step (device time x SM clock), clock-invariant; decides the timing verdict when the clock moved.
+KIND_CYCLES = "cycles"
+#: CUDA: host overhead per step (eager time minus device time), judged at its own, looser tolerance.
+KIND_HOST = "host"
+#: Kinds judged from their samples (bootstrap of a quantile ratio).
+SAMPLED_KINDS = ("time", "throughput", KIND_CYCLES, KIND_HOST)
 
 
 @dataclass

@@ -50,6 +50,20 @@ OPTIONS: list[OptionSpec] = [
     ("--gpuperf-time-tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)"),
     ("--gpuperf-cpu-time-tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU backend"),
     ("--gpuperf-memory-tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)"),
+    (
+        "--gpuperf-host-tolerance",
+        "float",
+        0.25,
+        "tolerated growth of a CUDA step's host overhead (eager time minus device time; 0.25 = 25%)",
+    ),
+    (
+        "--gpuperf-power-warmup",
+        "float",
+        1.5,
+        "CUDA: most seconds of replays before sampling while the GPU's SM clock or power still drifts "
+        "(0: no power warm-up)",
+        {"metavar": "SECONDS"},
+    ),
     ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds", {"above": 0}),
     ("--gpuperf-min-samples", "int", 30, "least samples per measure() call", {"minimum": 1}),
     (
@@ -241,6 +255,8 @@ class Settings:
     measure: MeasureConfig
     #: Processes a baseline is recorded from under ``--gpuperf-update`` (0: the backend's default).
     processes: int = 0
+    #: Tolerated growth of a CUDA step's host overhead (``<step>.host_overhead``).
+    host_tolerance: float = 0.25
 
     def time_tolerance_for(self, backend: Backend) -> float:
         """Default time tolerance of a backend: host-CPU devices are noisier than a GPU."""
@@ -283,6 +299,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),
         cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
         cupti=not get_option(config, "--gpuperf-no-cupti"),
+        power_warmup=get_option(config, "--gpuperf-power-warmup"),
     )
     from pytest_gpuperf.backends.cpu_threads import configure
 
@@ -299,4 +316,5 @@ def resolve_settings(config: pytest.Config) -> Settings:
         confirm=not get_option(config, "--gpuperf-no-confirm"),
         measure=measure,
         processes=get_option(config, "--gpuperf-processes"),
+        host_tolerance=get_option(config, "--gpuperf-host-tolerance"),
     )

@@ -45,6 +45,7 @@ def settings(tmp_path: Path, **overrides: Any) -> SimpleNamespace:
         "baselines_dir": tmp_path,
         "time_tolerance": 0.05,
         "memory_tolerance": 0.02,
+        "host_tolerance": 0.25,
         "measure": MeasureConfig(),
     }
     values.update(overrides)

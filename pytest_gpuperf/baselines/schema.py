@@ -35,9 +35,9 @@ SCHEMA_VERSION = 1
 MAX_SAMPLES = 1000
 #: Largest baseline file read (a 1,000-test file is about 1 MB).
 MAX_FILE_BYTES = 32 * 1024 * 1024
-KINDS_POSITIVE = ("time", "throughput")
+KINDS_POSITIVE = ("time", "throughput", "cycles")
 #: Kinds whose value must be a number (a custom metric may hold a word, judged like a category).
-NUMERIC_KINDS = ("time", "throughput", "memory")
+NUMERIC_KINDS = ("time", "throughput", "memory", "cycles", "host")
 #: Fields of the drift probe, which is gone: read and dropped.
 RETIRED_FIELDS = frozenset({"normalized", "reference"})
 BETTER = ("lower", "higher", "equal")
@@ -92,7 +92,8 @@ def entry_problem(entry: Any, max_samples: int = MAX_SAMPLES) -> str | None:
         if not isinstance(value, str) or not value:
             return f"value of a category must be a non-empty word, got {value!r}"
     else:
-        check = positive_number if kind in KINDS_POSITIVE else (non_negative_number if kind == "memory" else None)
+        non_negative = kind in ("memory", "host")
+        check = positive_number if kind in KINDS_POSITIVE else (non_negative_number if non_negative else None)
         try:
             (check or finite_number)(value, "value")
         except NumberError as exc:

@@ -28,12 +28,22 @@ if TYPE_CHECKING:
     from pytest_gpuperf.results import Metric, Verdict
 
 #: Metrics computed from a step's time (so kept or rewritten with it), by the last part of their name.
-TIMING_DERIVED = ("flop_rate", "bandwidth", "roof_share", "roof_fraction")
+TIMING_DERIVED = ("flop_rate", "bandwidth", "roof_share", "roof_fraction", "cycles", "host_overhead")
 #: Fields that say how a metric was measured: a change rewrites the entry whatever the values.
 IDENTITY_FIELDS = ("unit", "better", "kind", "method")
 _TIMING_KINDS = ("time", "throughput")
+#: Kinds whose entries keep their measurement facts (how they were timed, the clocks, the noise).
+_FACT_KINDS = ("time", "throughput", "cycles", "host")
 #: Numbers about a timing measurement its entry keeps (read by :mod:`pytest_gpuperf.judging.evidence`).
-MEASUREMENT_FACTS = ("sm_clock_mhz", "processes", "process_spread", "min_detectable_change", "noise_bound")
+MEASUREMENT_FACTS = (
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "processes",
+    "process_spread",
+    "min_detectable_change",
+    "noise_bound",
+    "eager_time",
+)
 
 Entries = dict[str, dict[str, dict[str, Any]]]
 
@@ -45,7 +55,7 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
     if metric.samples:
         entry["samples"] = spread_subset(list(metric.samples))
-    if metric.kind in _TIMING_KINDS:
+    if metric.kind in _FACT_KINDS:
         if metric.extra.get("method"):
             entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way
         for key in MEASUREMENT_FACTS:  # the machine state and the noise between processes (judging's evidence)

@@ -4,6 +4,7 @@
 * :mod:`.plan`: how one ``measure()`` call times its step (method, stop rule) from the judged metric's entry;
 * :mod:`.stop_rule`: when the samples can decide against the baseline;
 * :mod:`.compare`: one metric against one entry;
+* :mod:`.clock_rule`: a timing verdict decided by cycles per step when the GPU's SM clock moved;
 * :mod:`.evidence`: when a verdict is inconclusive instead;
 * :mod:`.replication`: the verdict from N processes, and the fresh confirmation of a suspect.
 """

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, SAMPLED_KINDS, Metric, Verdict
 from pytest_gpuperf.stats import STAT_QUANTILE
 from pytest_gpuperf.units import format_change, format_value
 
@@ -89,7 +89,7 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
             message=f"{metric.label()} changed: {base_value} -> {metric.value} on {where}",
         )
     assert isinstance(metric.value, (int, float)) and isinstance(base_value, (int, float))
-    if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
+    if metric.kind in SAMPLED_KINDS:
         return _judge_samples(metric, entry, tolerance, where)
     if base_value == 0:
         ratio = 1.0 if metric.value == 0 else float("inf")
@@ -143,6 +143,10 @@ def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, wher
     shown = RatioEstimate(point, estimate.low * scale, estimate.high * scale)
     extra = f", 95% CI {format_change(shown.low)}..{format_change(shown.high)}"
     status = _status(shown.ratio, shown.low, shown.high, metric.better, tolerance)
+    slack = metric.extra.get("abs_slack")
+    if isinstance(slack, (int, float)) and status != "unchanged" and abs(float(metric.value) - base_value) <= slack:
+        status = "unchanged"  # a change below the metric's absolute slack (host overhead hidden behind the device)
+        extra += f"; within {format_value(slack, metric.unit)} of it"
     if metric.extra.get("budget_exhausted"):
         extra += f"; undecided when the {metric.extra.get('measure_seconds', '?')} s budget ran out"
     return Verdict(

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_gpuperf.judging.clock_rule import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_THROUGHPUT, KIND_TIME, Verdict
 from pytest_gpuperf.units import format_change
 
-#: An SM clock this much off the baseline's (relative) measures another machine.
-CLOCK_CHANGE = 0.03
+#: A memory clock this much off the baseline's (relative) measures another machine for a memory-bound step.
+MEM_CLOCK_CHANGE = 0.01
 #: A contended run that reads more than this many times slower is still a regression (neighbours' load shares
 #: caches and memory bandwidth, it does not multiply a step's own time by more; an unsettled warm-up can).
 CONTENTION_LIMIT = 2.0
@@ -47,13 +48,18 @@ def _number(value: Any) -> float | None:
 CONDITIONS, MACHINE, SPREAD, CONFIRMATION, BOUND = "conditions", "machine", "spread", "confirmation", "bound"
 
 
-def timing_reason(verdict: Verdict, entry: dict[str, Any] | None) -> tuple[str, str] | None:
-    """Why a time/throughput verdict cannot be trusted: ``(doubt, reason with what would fix it)``, or None."""
+def timing_reason(
+    verdict: Verdict, entry: dict[str, Any] | None, clock_decided: bool = False
+) -> tuple[str, str] | None:
+    """Why a time/throughput verdict cannot be trusted: ``(doubt, reason with what would fix it)``, or None.
+
+    ``clock_decided``: the verdict was decided by cycles per step because the SM clock moved (the clock rule).
+    """
     metric = verdict.metric
     if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
         return None
     extra = metric.extra
-    machine = machine_reason(extra, entry)
+    machine = machine_reason(extra, entry, clock_decided)
     if machine:
         return MACHINE, machine
     spread = _number((entry or {}).get("process_spread"))
@@ -91,18 +97,33 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
     return None
 
 
-def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
-    """Another SM clock than the baseline's, or a throttled GPU (NVML readings), or None."""
-    run_clock, base_clock = _number(extra.get("sm_clock_mhz")), _number((entry or {}).get("sm_clock_mhz"))
-    if run_clock and base_clock and abs(run_clock / base_clock - 1.0) > CLOCK_CHANGE:
-        return (
-            f"the GPU's SM clock was {run_clock:.0f} MHz here but {base_clock:.0f} MHz when the baseline was recorded: "
-            "another machine state; lock the clocks or re-record on this runner"
-        )
+def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_decided: bool = False) -> str | None:
+    """A machine state the evidence cannot judge across (NVML readings), or None.
+
+    A moved SM clock alone is not such a state when the step's cycles decided (``clock_decided``), nor for a
+    memory-bound step (its time follows the memory clock); a moved memory clock is, for a memory-bound step,
+    and so is a GPU throttled by heat, a hardware slowdown or a power brake.
+    """
     if extra.get("throttled"):
         return (
             f"the GPU was throttled while measuring (clock events: {extra.get('clock_events') or '?'}); "
             "let it cool down or check its power limit"
+        )
+    memory_bound = not follows_sm_clock(extra.get("bound"))
+    if memory_bound:
+        run_mem, base_mem = _number(extra.get("mem_clock_mhz")), _number((entry or {}).get("mem_clock_mhz"))
+        if run_mem and base_mem and abs(run_mem / base_mem - 1.0) > MEM_CLOCK_CHANGE:
+            return (
+                f"the GPU's memory clock was {run_mem:.0f} MHz here but {base_mem:.0f} MHz when the baseline was "
+                "recorded, and this memory-bound step's time follows it: re-record on this runner"
+            )
+        return None
+    run_clock, base_clock = _number(extra.get("sm_clock_mhz")), _number((entry or {}).get("sm_clock_mhz"))
+    if not clock_decided and run_clock and base_clock and abs(run_clock / base_clock - 1.0) > CLOCK_CHANGE:
+        return (
+            f"the GPU's SM clock was {run_clock:.0f} MHz here but {base_clock:.0f} MHz when the baseline was recorded, "
+            "and the baseline stores no cycles per step to judge the work by: re-record it with this version "
+            "(`pytest --gpuperf --gpuperf-update <test>`)"
         )
     return None
 

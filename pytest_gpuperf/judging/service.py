@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.baselines.sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
-from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.results import KIND_HOST, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.update import BaselineUpdater
@@ -97,6 +97,8 @@ class Judging:
 
         if kind == KIND_MEMORY:
             return pick("memory_tolerance", pick("tolerance", self.settings.memory_tolerance))
+        if kind == KIND_HOST:
+            return pick("host_tolerance", self.settings.host_tolerance)
         if kind in (KIND_TIME, KIND_THROUGHPUT):
             return pick("time_tolerance", pick("tolerance", self.settings.time_tolerance_for(context.backend)))
         return pick("tolerance", self.settings.time_tolerance)
@@ -128,6 +130,8 @@ class Judging:
         where = describe(self.fingerprint(context))
         entries = self.entries(context)
         informational = self.informational(context)
+        by_name = {m.name: m for m in metrics}
+        _note_bounds(metrics, entries)
         verdicts = []
         for metric in metrics:
             if metric.name in informational or metric.name.rpartition(".")[2] in informational:
@@ -136,25 +140,38 @@ class Judging:
             if self.settings.update:
                 verdicts.append(Verdict(metric, "recorded" if metric.judged else "info", tolerance=tolerance))
             else:
-                verdicts.append(self._judge_one(metric, entries.get(metric.name), tolerance, where))
+                cycles = _cycles_of(metric, by_name, entries)
+                verdicts.append(self._judge_one(metric, entries.get(metric.name), tolerance, where, cycles=cycles))
         return self._explain_bounds(verdicts, entries)
 
     @staticmethod
     def _judge_one(
-        metric: Metric, entry: dict[str, Any] | None, tolerance: float, where: str, evidence: bool = True
+        metric: Metric,
+        entry: dict[str, Any] | None,
+        tolerance: float,
+        where: str,
+        evidence: bool = True,
+        cycles: tuple[Metric | None, dict[str, Any] | None] = (None, None),
     ) -> Verdict:
-        """One metric against its entry; inconclusive when the ``evidence`` cannot decide (:mod:`.evidence`)."""
+        """One metric against its entry; inconclusive when the ``evidence`` cannot decide (:mod:`.evidence`).
+
+        ``cycles`` (the step's cycles metric and its entry) decide a timing verdict whose SM clock moved
+        (:mod:`pytest_gpuperf.judging.clock_rule`).
+        """
         from dataclasses import replace
 
+        from pytest_gpuperf.judging.clock_rule import on_cycles
         from pytest_gpuperf.judging.compare import judge
         from pytest_gpuperf.judging.evidence import inconclusive, timing_reason
 
         verdict = judge(metric, entry, tolerance, where)
+        by_cycles = on_cycles(verdict, entry, cycles[0], cycles[1], where)
+        verdict = by_cycles or verdict
         mdc = (entry or {}).get("min_detectable_change")
         if isinstance(mdc, (int, float)) and metric.kind in (KIND_TIME, KIND_THROUGHPUT) and verdict.message:
             metric.extra["min_detectable_change"] = mdc
             verdict = replace(verdict, message=f"{verdict.message}; smallest detectable slowdown {mdc:.0%}")
-        doubt = timing_reason(verdict, entry) if evidence else None
+        doubt = timing_reason(verdict, entry, clock_decided=by_cycles is not None) if evidence else None
         return inconclusive(verdict, doubt[1], doubt[0]) if doubt else verdict
 
     @staticmethod
@@ -197,9 +214,14 @@ class Judging:
                 out.append(reconcile(verdict, None, note or "the confirmation did not measure it", where))
                 continue
             metric.judged, metric.tolerance = verdict.metric.judged, verdict.tolerance
+            if "bound" in verdict.metric.extra:
+                metric.extra.setdefault("bound", verdict.metric.extra["bound"])
             tolerance = verdict.tolerance or 0.0
+            cycles = _cycles_of(metric, again or {}, entries)
             # The confirmation's own measured change decides agreement (its run conditions were the first's doubt).
-            again_verdict = self._judge_one(metric, entries.get(metric.name), tolerance, described, evidence=False)
+            again_verdict = self._judge_one(
+                metric, entries.get(metric.name), tolerance, described, evidence=False, cycles=cycles
+            )
             out.append(reconcile(verdict, again_verdict, where=where))
         return out
 
@@ -308,9 +330,32 @@ def suspects(verdicts: list[Verdict]) -> list[Verdict]:
     return [
         v
         for v in verdicts
-        if v.metric.kind in (KIND_TIME, KIND_THROUGHPUT)
+        if v.metric.kind in (KIND_TIME, KIND_THROUGHPUT, KIND_HOST)
         and (v.status == "regression" or (v.suspected == "regression" and v.doubt == CONDITIONS))
     ]
+
+
+def _cycles_of(
+    metric: Metric, metrics: Mapping[str, Metric], entries: Entries
+) -> tuple[Metric | None, dict[str, Any] | None]:
+    """The cycles metric and entry of a timing metric's step (``(None, None)`` for other metrics)."""
+    if metric.kind not in (KIND_TIME, KIND_THROUGHPUT):
+        return None, None
+    name = metric.name.rpartition(".")[0] + ".cycles"
+    entry = entries.get(name)
+    return metrics.get(name), entry if isinstance(entry, dict) else None
+
+
+def _note_bounds(metrics: list[Metric], entries: Entries) -> None:
+    """Give each timing metric its step's bound class (this run's, else the baseline's): the clock rule reads it."""
+    run = {m.name.rpartition(".")[0]: m.value for m in metrics if m.name.endswith(".bound")}
+    for metric in metrics:
+        if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
+            step = metric.name.rpartition(".")[0]
+            stored = entries.get(f"{step}.bound")
+            bound = run.get(step, stored.get("value") if isinstance(stored, dict) else None)
+            if isinstance(bound, str):
+                metric.extra["bound"] = bound
 
 
 def _note_single_process(verdict: Verdict) -> None:

@@ -60,6 +60,8 @@ class MeasureConfig:
     cpu_threads: int = 1
     #: Retake a sample whose thread waited for a CPU longer than this share of it.
     wait_share_limit: float = WAIT_SHARE_LIMIT
+    #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
+    power_warmup: float = 1.5
 
 
 @dataclass
@@ -85,6 +87,27 @@ class TimingResult:
     contention: dict[str, Any] | None = None
     #: Intra-op torch threads the CPU step ran with (None on other backends).
     cpu_threads: int | None = None
+    #: CUDA: the SM clock (MHz, mean of the NVML readings right before and after) of each judged sample.
+    sample_clocks: list[float] = field(default_factory=list)
+    #: CUDA: what the power warm-up found (:class:`pytest_gpuperf.timing.cuda.power_state.PowerState` facts).
+    power_state: dict[str, Any] | None = None
+
+    @property
+    def cycles_samples(self) -> list[float]:
+        """Cycles per step of each sample (device time x its SM clock); [] unless every sample has its clock."""
+        if not self.sample_clocks or len(self.sample_clocks) != len(self.samples):
+            return []
+        return [t * mhz * 1e6 for t, mhz in zip(self.samples, self.sample_clocks, strict=True)]
+
+    @property
+    def host_overhead_samples(self) -> list[float]:
+        """Eager minus device time per step, sample by sample where both were taken in pairs (never below 0)."""
+        if not self.eager_samples:
+            return []
+        if len(self.eager_samples) == len(self.samples):
+            return [max(0.0, e - d) for e, d in zip(self.eager_samples, self.samples, strict=True)]
+        device = self.typical
+        return [max(0.0, e - device) for e in self.eager_samples]
 
     @property
     def median(self) -> float:
@@ -142,6 +165,9 @@ class TimingResult:
         if self.cpu_threads is not None:
             out["cpu_threads"] = self.cpu_threads
         for key, value in (self.clocks or {}).items():
+            if isinstance(value, (int, float, str, bool)):
+                out[key] = value
+        for key, value in (self.power_state or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
         if self.contention:

@@ -100,11 +100,13 @@ def measure_device_time(
         else:
             reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
     if graph is not None:
-        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now)
+        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now, watch)
     else:
-        _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now)
+        _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now, watch)
     watch.read()
     result.clocks = watch.summary()
+    if len(watch.sample_clocks) == len(result.samples):
+        result.sample_clocks = list(watch.sample_clocks)
 
 
 def _graph_samples(
@@ -116,17 +118,42 @@ def _graph_samples(
     deadline: float,
     floor: int,
     now: Callable[[], float],
+    watch: ClockWatch,
 ) -> None:
     result.method, result.iters_per_sample = "cuda_graph", graph.iters
+    replay = watch.timed(lambda: graph.time() / graph.iters)
 
     def take() -> float:
         result.eager_samples.append(eager())
-        return graph.time() / graph.iters
+        return replay()
 
     try:
+        deadline += _sustain(graph.time, watch, config, result, now)
         sample_loop(take, result, config, stop_rule, deadline, floor, now=now)
     finally:
         graph.close()
+
+
+def _sustain(
+    replay: Callable[[], object],
+    watch: ClockWatch,
+    config: MeasureConfig,
+    result: TimingResult,
+    now: Callable[[], float],
+) -> float:
+    """Replay until the GPU's power state holds (:mod:`pytest_gpuperf.timing.cuda.power_state`); the seconds it took."""
+    if config.power_warmup <= 0 or watch.reader is None or counted(config):
+        return 0.0
+    from pytest_gpuperf.timing.cuda.power_state import warm_to_sustained
+
+    reader = watch.reader
+    try:
+        state = warm_to_sustained(replay, reader, config.power_warmup, now=now)
+    except OSError as exc:
+        watch.error = str(exc)
+        return 0.0
+    result.power_state = state.facts()
+    return state.seconds
 
 
 def _fallback_samples(
@@ -140,6 +167,7 @@ def _fallback_samples(
     kernel_sums: KernelSums,
     reason: str,
     now: Callable[[], float],
+    watch: ClockWatch,
 ) -> None:
     notes = [f"no CUDA graph ({reason})"] if reason else []
     profile = config.cupti and not counted(config)
@@ -151,7 +179,12 @@ def _fallback_samples(
         per_step = median(eager_part.samples)
         affordable = int(max(0.0, deadline - now()) / per_step) if per_step > 0 else MAX_PROFILED_STEPS
         steps = max(floor, min(MAX_PROFILED_STEPS, config.max_samples, affordable))
+        before = watch.read()
         sums, why = kernel_sums(step, steps)
+        after = watch.read()
+        if sums and before is not None and after is not None:  # one profiler session: one clock for its steps
+            clock = (before.sm_clock_mhz + after.sm_clock_mhz) / 2.0
+            watch.sample_clocks[:] = [clock] * len(sums)
         if not sums:
             notes.append(f"no CUPTI kernel times ({why})")
     if sums:

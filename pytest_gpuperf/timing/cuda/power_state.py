@@ -1,0 +1,86 @@
+"""Warm a CUDA step up to the GPU's sustained power state before its samples are taken.
+
+Under a large GEMM the H200 reaches its 700 W cap within a second, and its SM clock then settles
+below the clock it ran at in the first tenths of a second (measured with ``gpu/clock_traces.py``:
+a GEMM read 1980 MHz idle, about 1500 MHz from 0.2 s on, and its NVML power, a moving average, rose
+from 90 W to 690 W over the first second). Samples taken inside that transient are faster than the
+ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW` seconds
+while NVML is read after each replay, until two consecutive windows agree: SM clock within
+:data:`CLOCK_STEADY` and, on a power-capped GPU, power within :data:`POWER_STEADY`. A step that never
+reaches the cap (memory- or latency-bound) settles as soon as its clock holds. The budget bounds it;
+what it found (the sustained clock, how long it took, whether it settled) goes into the record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytest_gpuperf.stats import median
+from pytest_gpuperf.timing.cuda.nvml import POWER_CAP_MASK, ClockReading
+
+#: One observation window of the warm-up (seconds).
+WINDOW = 0.1
+#: Consecutive windows whose median SM clocks differ by at most this (relative) hold the clock.
+CLOCK_STEADY = 0.01
+#: ... and whose median power readings differ by at most this (relative) hold the power (power-capped GPUs).
+POWER_STEADY = 0.02
+
+
+@dataclass(frozen=True)
+class PowerState:
+    """What the power warm-up found: seconds spent, whether it settled, the sustained SM clock and power."""
+
+    seconds: float
+    settled: bool
+    sm_clock_mhz: float | None
+    power_w: float | None
+    power_capped: bool
+
+    def facts(self) -> dict[str, object]:
+        """Scalar facts for the timing record."""
+        out: dict[str, object] = {"power_warmup_seconds": round(self.seconds, 3), "power_settled": self.settled}
+        if self.sm_clock_mhz is not None:
+            out["sustained_sm_clock_mhz"] = round(self.sm_clock_mhz, 1)
+        if self.power_w is not None:
+            out["sustained_power_w"] = round(self.power_w, 1)
+        return out
+
+
+def _steady(previous: tuple[float, float, int], current: tuple[float, float, int]) -> bool:
+    (clock0, power0, _), (clock1, power1, reasons) = previous, current
+    if clock0 <= 0 or abs(clock1 / clock0 - 1.0) > CLOCK_STEADY:
+        return False
+    if not reasons & POWER_CAP_MASK:
+        return True
+    return power0 > 0 and abs(power1 / power0 - 1.0) <= POWER_STEADY
+
+
+def warm_to_sustained(
+    replay: Callable[[], object],
+    read: Callable[[], ClockReading],
+    budget: float,
+    now: Callable[[], float] = time.perf_counter,
+) -> PowerState:
+    """Replay until the SM clock (and, when capped, the power) holds for two windows, within ``budget`` seconds."""
+    start = now()
+    windows: list[tuple[float, float, int]] = []
+    capped = False
+    while now() - start < budget:
+        opened, clocks, powers, reasons = now(), [], [], 0
+        while True:
+            replay()
+            reading = read()
+            clocks.append(float(reading.sm_clock_mhz))
+            powers.append(reading.power_w)
+            reasons |= reading.reasons
+            if now() - opened >= WINDOW or now() - start >= budget:
+                break
+        capped = capped or bool(reasons & POWER_CAP_MASK)
+        windows.append((median(clocks), median(powers), reasons))
+        if len(windows) >= 2 and _steady(windows[-2], windows[-1]):
+            clock, power, _ = windows[-1]
+            return PowerState(now() - start, True, clock, power or None, capped)
+    last = windows[-1] if windows else None
+    return PowerState(now() - start, False, last[0] if last else None, (last[1] or None) if last else None, capped)

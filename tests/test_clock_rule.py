@@ -1,0 +1,182 @@
+"""The clock rule, the power warm-up and host overhead, from injected samples and NVML readings."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.context import build_context
+from pytest_gpuperf.judging.service import FixedBaselines, Judging
+from pytest_gpuperf.results import KIND_CATEGORY, KIND_CYCLES, KIND_HOST, KIND_THROUGHPUT, Metric
+from pytest_gpuperf.stats import STAT_QUANTILE, quantile
+from pytest_gpuperf.timing.cuda.nvml import ClockReading, ClockWatch
+from pytest_gpuperf.timing.cuda.power_state import warm_to_sustained
+from tests.test_judging import NODE, FakeBackend, settings
+from tests.test_verdicts import entry, samples, time_metric
+
+#: A compute-bound step of 1,250,000 cycles per step (the H200 GEMM of gpu/clock_traces.py: ~836 us at 1500 MHz).
+CYCLES = 1.25e6
+
+
+def _at(clock_mhz: float, work: float, seed: int) -> tuple[Metric, Metric]:
+    """The time and cycles metrics of ``work`` x CYCLES cycles per step run at ``clock_mhz`` (per-sample noise)."""
+    cycles = samples(CYCLES * work, seed)
+    times = [c / (clock_mhz * 1e6) for c in cycles]
+    time = time_metric(times, sm_clock_mhz=clock_mhz, mem_clock_mhz=3201)
+    cyc = Metric("step.cycles", quantile(cycles, STAT_QUANTILE), "cycles", "lower", KIND_CYCLES, cycles, judged=False)
+    return time, cyc
+
+
+def _entries(clock_mhz: float, seed: int = 1) -> dict[str, dict[str, Any]]:
+    time, cycles = _at(clock_mhz, 1.0, seed)
+    return {
+        "step.time": entry(time.samples, sm_clock_mhz=clock_mhz, mem_clock_mhz=3201),
+        "step.cycles": {"value": cycles.value, "unit": "cycles", "better": "lower", "kind": "cycles",
+                        "samples": cycles.samples},
+    }  # fmt: skip
+
+
+def _judge(tmp_path: Path, metrics: list[Metric], entries: dict[str, dict[str, Any]], **over: Any) -> list[Any]:
+    judging = Judging(settings(tmp_path, **over), FixedBaselines(entries))
+    context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
+    return judging.judge(context, metrics)
+
+
+def test_the_same_work_at_another_sm_clock_is_unchanged_on_cycles_not_inconclusive(tmp_path: Path) -> None:
+    # The baseline ran at 1485 MHz, this run at 1650 MHz: time -10% (the issue's 0.894-0.899 ratios), cycles equal.
+    time, cycles = _at(1650, 1.0, 2)
+    verdict = _judge(tmp_path, [time, cycles], _entries(1485))[0]
+    assert verdict.status == "unchanged", verdict.message
+    assert "judged on cycles per step" in verdict.message and "1650 MHz (baseline 1485 MHz)" in verdict.message
+    assert time.extra["judged_on"] == "cycles"
+
+
+def test_more_work_hidden_by_a_faster_clock_fails_on_cycles(tmp_path: Path) -> None:
+    # +10% of the work at a 10% higher clock: the time alone looks unchanged, the cycles say +10%.
+    time, cycles = _at(1650, 1.10, 3)
+    assert abs(time.value / _entries(1485)["step.time"]["value"] - 1.0) < 0.03
+    verdict = _judge(tmp_path, [time, cycles], _entries(1485))[0]
+    assert verdict.status == "regression" and "judged on cycles" in verdict.message
+
+
+def test_a_slowdown_at_a_lower_clock_is_caught_by_cycles_at_its_own_size(tmp_path: Path) -> None:
+    time, cycles = _at(1400, 1.06, 4)  # time +13.6%, of which 6% is the work
+    verdict = _judge(tmp_path, [time, cycles], _entries(1485))[0]
+    assert verdict.status == "regression" and "+6" in verdict.message
+
+
+def test_a_throughput_verdict_follows_the_cycles_in_its_own_direction(tmp_path: Path) -> None:
+    time, cycles = _at(1650, 1.10, 5)
+    base = _entries(1485)
+    items = 1000.0
+    rates = [items / t for t in time.samples]
+    throughput = Metric("step.throughput", items / time.value, "items/s", "higher", KIND_THROUGHPUT, rates,
+                        extra={"sm_clock_mhz": 1650})  # fmt: skip
+    base["step.throughput"] = {"value": items / base["step.time"]["value"], "unit": "items/s", "better": "higher",
+                               "kind": "throughput", "sm_clock_mhz": 1485,
+                               "samples": [items / t for t in base["step.time"]["samples"]]}  # fmt: skip
+    verdicts = {v.metric.name: v for v in _judge(tmp_path, [time, throughput, cycles], base)}
+    assert verdicts["step.throughput"].status == "regression"
+    assert verdicts["step.throughput"].ratio < 0.95  # items per cycle went down
+
+
+def test_within_the_clock_band_time_decides_and_cycles_are_only_shown(tmp_path: Path) -> None:
+    time, cycles = _at(1500, 1.0, 6)  # 1% off the baseline's clock: no clock change
+    verdicts = _judge(tmp_path, [time, cycles], _entries(1485))
+    assert [v.status for v in verdicts] == ["unchanged", "info"]
+    assert "judged_on" not in time.extra
+
+
+def test_a_memory_bound_step_keeps_its_time_verdict_at_another_sm_clock(tmp_path: Path) -> None:
+    base = _entries(1980)
+    times = base["step.time"]["samples"]
+    time = time_metric(list(times), sm_clock_mhz=1500, mem_clock_mhz=3201)  # same time: HBM-bound
+    cycles = Metric("step.cycles", 1.0, "cycles", "lower", KIND_CYCLES, [t * 1500e6 for t in times], judged=False)
+    bound = Metric("step.bound", "memory-bound", "", "equal", KIND_CATEGORY)
+    verdict = _judge(tmp_path, [time, cycles, bound], base)[0]
+    assert verdict.status == "unchanged" and "judged on cycles" not in verdict.message
+    moved = time_metric(list(times), sm_clock_mhz=1980, mem_clock_mhz=2619, bound="memory-bound")
+    verdict = _judge(tmp_path, [moved], base)[0]
+    assert verdict.status == "inconclusive" and "memory clock was 2619 MHz" in verdict.message
+
+
+def test_an_old_baseline_without_cycles_stays_inconclusive_and_says_to_re_record(tmp_path: Path) -> None:
+    time, _ = _at(1650, 1.0, 7)
+    base = {"step.time": _entries(1485)["step.time"]}
+    verdict = _judge(tmp_path, [time], base)[0]
+    assert verdict.status == "inconclusive" and "stores no cycles per step" in verdict.message
+
+
+def test_a_throttled_gpu_is_inconclusive_even_when_cycles_could_judge(tmp_path: Path) -> None:
+    time, cycles = _at(1300, 1.0, 8)
+    time.extra.update(throttled=True, clock_events="hw_thermal_slowdown")
+    verdict = _judge(tmp_path, [time, cycles], _entries(1485))[0]
+    assert verdict.status == "inconclusive" and "throttled" in verdict.message
+
+
+def _reader(clocks: list[int], powers: list[float], reasons: int = 0x4):
+    it = itertools.chain(zip(clocks, powers, strict=True), itertools.repeat((clocks[-1], powers[-1])))
+    return lambda: (lambda c, p: ClockReading(c, reasons, 60, 3201, p))(*next(it))
+
+
+def test_the_power_warm_up_keeps_replaying_while_a_capped_gpus_power_still_rises() -> None:
+    clock = itertools.count(0.0, 0.01)  # 10 ms per clock read: 5 reads (replays) per 0.1 s window
+    powers = [100.0 + 60.0 * i for i in range(10)]  # rises 300 W per window for 2 windows, then holds
+    reader = _reader([1500] * 10, powers)
+    state = warm_to_sustained(lambda: None, reader, budget=2.0, now=lambda: next(clock))
+    assert state.settled and state.power_capped and state.sm_clock_mhz == 1500
+    assert 0.25 < state.seconds < 0.6  # settled in the first two windows after the power stopped rising
+    assert state.facts()["power_settled"] is True
+
+
+def test_an_uncapped_gpu_settles_as_soon_as_its_clock_holds_and_a_drifting_one_runs_out_of_budget() -> None:
+    clock = itertools.count(0.0, 0.01)
+    state = warm_to_sustained(lambda: None, _reader([1980], [300.0], reasons=0), 2.0, now=lambda: next(clock))
+    assert state.settled and not state.power_capped and state.seconds < 0.3
+    clock = itertools.count(0.0, 0.01)
+    drifting = _reader(list(range(1900, 1000, -10)), [690.0] * 90)  # the clock keeps falling 2% per window
+    state = warm_to_sustained(lambda: None, drifting, 0.5, now=lambda: next(clock))
+    assert not state.settled and state.seconds >= 0.5
+
+
+def test_a_clock_watch_gives_every_timed_sample_the_mean_clock_read_around_it() -> None:
+    readings = iter([ClockReading(1500, 4, 60, 3201, 690.0), ClockReading(1520, 4, 60, 3201, 691.0)] * 3)
+    watch = ClockWatch(lambda: next(readings))
+    take = watch.timed(lambda: 1e-3)
+    assert [take() for _ in range(3)] == [1e-3] * 3
+    assert watch.sample_clocks == [1510.0] * 3
+    summary = watch.summary()
+    assert summary["sm_clock_mhz"] == 1510.0 and summary["mem_clock_mhz"] == 3201 and summary["power_capped"]
+
+
+def _host(median_s: float, seed: int, eager: float) -> Metric:
+    values = samples(median_s, seed, spread=0.02)
+    return Metric("step.host_overhead", quantile(values, 0.5), "s", "lower", KIND_HOST, values,
+                  extra={"eager_time": eager, "abs_slack": 0.05 * eager})  # fmt: skip
+
+
+def _host_entry(median_s: float, seed: int) -> dict[str, Any]:
+    values = samples(median_s, seed, spread=0.02)
+    return {"value": quantile(values, 0.5), "unit": "s", "better": "lower", "kind": "host", "samples": values}
+
+
+def test_a_new_host_sync_fails_on_host_overhead_at_its_own_tolerance(tmp_path: Path) -> None:
+    # The seed's Linear with one .item() per step: host overhead 302 -> 404 us (+34%), eager 510 -> 603 us.
+    base = {"step.host_overhead": _host_entry(302e-6, 1)}
+    [verdict] = _judge(tmp_path, [_host(404e-6, 2, 603e-6)], base)
+    assert verdict.status == "regression" and verdict.tolerance == pytest.approx(0.25)
+    assert "host overhead" in verdict.message
+    [same] = _judge(tmp_path, [_host(310e-6, 3, 515e-6)], base)
+    assert same.status == "unchanged"
+    [looser] = _judge(tmp_path, [_host(404e-6, 2, 603e-6)], base, host_tolerance=0.5)
+    assert looser.status == "unchanged"
+
+
+def test_a_device_bound_steps_tiny_host_overhead_never_fails_on_its_noise(tmp_path: Path) -> None:
+    # 2 us -> 6 us of overhead behind an 800 us device step: +200%, but 0.5% of the step.
+    base = {"step.host_overhead": _host_entry(2e-6, 4)}
+    [verdict] = _judge(tmp_path, [_host(6e-6, 5, 806e-6)], base)
+    assert verdict.status == "unchanged" and "within" in verdict.message
