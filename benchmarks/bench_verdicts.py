@@ -134,29 +134,37 @@ NAMES = {names!r}
 
 @pytest.mark.parametrize("name", NAMES)
 def test_workload(gpuperf, name):
-    gpuperf.measure(build(name, gpuperf.device), memory=False)
+    gpuperf.measure(build(name, gpuperf.device))
 """
 
 GPU_NAMES = ["gemm", "attention", "elementwise", "linear", "minillm"]
 CPU_NAMES = ["cpu_alloc"]
 
 
-def run_pytest(project: Path, device: str, scale: float, args: list[str], report: Path) -> dict[str, str]:
-    """One fresh pytest process; the time verdict of each workload (``missing`` when none was reported)."""
+def run_pytest(
+    project: Path, device: str, scale: float, args: list[str], report: Path, host_sync: bool = False
+) -> dict[str, dict[str, str]]:
+    """One fresh pytest process; per workload the verdicts of time (or host overhead), memory, and what judged."""
     env = {**os.environ, "BENCH_SCALE": str(scale), "BENCH_DEVICE": device, "PYTHONPATH": f"{project}:{ROOT}"}
+    env["BENCH_HOST_SYNC"] = "1" if host_sync else "0"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--gpuperf"]
     command += ["--gpuperf-backend", device, "--gpuperf-json", str(report), *args, "test_bench.py"]
     subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900, check=False)
-    out: dict[str, str] = {}
+    out: dict[str, dict[str, str]] = {}
     if not report.exists():
         return out
     for test in json.loads(report.read_text())["gpuperf"]["tests"]:
         parts = test["nodeid"].rpartition("[")[2].rstrip("]").split("-")
         name = next((part for part in parts if part in GPU_NAMES + CPU_NAMES), "?")
-        statuses = {m["metric"]: m["status"] for m in test["metrics"]}
-        out[name] = statuses.get("step.time", "missing")
-        if test.get("outcome") == "failed" and out[name] not in ("regression", "inconclusive"):
-            out[name] = "failed:" + ",".join(sorted(s for s in statuses.values() if s in ("regression", "changed")))
+        by_metric = {m["metric"]: m for m in test["metrics"]}
+        judged = by_metric.get("step.host_overhead" if host_sync else "step.time", {})
+        out[name] = {
+            "status": judged.get("status", "missing"),
+            "memory": by_metric.get("step.peak_memory", {}).get("status", "-"),
+            "judged_on": (judged.get("extra") or {}).get("judged_on", "time"),
+            "change": f"{judged['ratio'] - 1:+.1%}" if isinstance(judged.get("ratio"), (int, float)) else "?",
+            "outcome": test.get("outcome", "?"),
+        }
     return out
 
 
@@ -168,7 +176,8 @@ def verify(names: list[str], scales: list[float]) -> None:
 
     sys.path[:0] = [str(ROOT)]
     base_ms: dict[str, float] = {}
-    print(f"{'workload':12} {'scale':>6} {'do_bench ms':>12} {'vs 1.0':>8} {'how':>5} {'peak':>14}  kernels (same as 1.0?)")
+    head = f"{'workload':12} {'scale':>6} {'do_bench ms':>12} {'vs 1.0':>8} {'how':>5} {'peak':>14}"
+    print(f"{head}  kernels (same as 1.0?)")
     kernels0: dict[str, set[str]] = {}
     for name in names:
         for scale in scales:
@@ -217,8 +226,13 @@ def main() -> None:
     parser.add_argument("--slowed", type=int, default=None, help="runs per slowdown (pytest processes)")
     parser.add_argument("--verify", action="store_true", help="CUDA: do_bench + kernel names per scale first")
     parser.add_argument("--verify-only", action="store_true", help="CUDA: only the do_bench + kernel check")
+    parser.add_argument(
+        "--host-sync", action="store_true", help="also --slowed runs with a host sync added (BENCH_HOST_SYNC=1)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON lines of every observation")
-    parser.add_argument("--workloads", default=None, help="comma-separated subset (gemm,attention,elementwise,linear,minillm)")
+    parser.add_argument(
+        "--workloads", default=None, help="comma-separated subset (gemm,attention,elementwise,linear,minillm)"
+    )
     parser.add_argument("--scales", default=None, help="comma-separated slowdown scales (default 1.10,1.05 / 1.5)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
@@ -245,30 +259,39 @@ def main() -> None:
         record += ["--gpuperf-update", "--gpuperf-backend", opts.device, *opts.pytest_args, "test_bench.py"]
         done = subprocess.run(record, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
         print(f"recorded baselines in {time.perf_counter() - started:.0f} s (rc {done.returncode})", flush=True)
-        plan = [(1.0, unchanged), *[(s, slowed) for s in scales]]
-        outcomes: dict[tuple[str, float], Counter[str]] = defaultdict(Counter)
+        plan: list[tuple[float, int, bool]] = [(1.0, unchanged, False), *[(s, slowed, False) for s in scales]]
+        if opts.host_sync:
+            plan.append((1.0, slowed, True))
+        outcomes: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         rows = []
-        for scale, runs in plan:
+        for scale, runs, sync in plan:
+            label = "sync" if sync else f"{scale:.2f}"
             for i in range(runs):
-                report = project / f"r-{scale}-{i}.json"
-                result = run_pytest(project, opts.device, scale, list(opts.pytest_args), report)
+                report = project / f"r-{label}-{i}.json"
+                result = run_pytest(project, opts.device, scale, list(opts.pytest_args), report, host_sync=sync)
                 for name in names:
-                    status = result.get(name, "missing")
-                    outcomes[(name, scale)][status] += 1
-                    rows.append({"workload": name, "scale": scale, "run": i, "status": status})
-                print(f"  scale {scale:.2f} run {i + 1}/{runs}: {result}", flush=True)
+                    got = result.get(name, {"status": "missing", "memory": "-", "judged_on": "-", "change": "?"})
+                    outcomes[(name, label)][got["status"]] += 1
+                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] == "cycles"
+                    outcomes[(name, label)]["memory_failed"] += got["memory"] == "regression"
+                    rows.append({"workload": name, "work": label, "run": i, **got})
+                shown = {n: f"{r['status']} {r['change']} ({r['judged_on']})" for n, r in result.items()}
+                print(f"  work {label} run {i + 1}/{runs}: {shown}", flush=True)
         if opts.out:
             opts.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print()
-    print(f"{'workload':12} {'work':>6} {'runs':>5} {'failed':>7} {'inconcl.':>9} {'passed':>7} {'decisive':>9}")
-    for (name, scale), counts in sorted(outcomes.items()):
-        runs = sum(counts.values())
-        failed = sum(v for k, v in counts.items() if k == "regression" or k.startswith("failed"))
+    print(
+        f"{'workload':12} {'work':>6} {'runs':>5} {'failed':>7} {'inconcl.':>9} {'passed':>7} {'decisive':>9} "
+        f"{'by cycles':>10} {'mem fail':>9}"
+    )
+    for (name, label), counts in sorted(outcomes.items()):
+        runs = sum(v for k, v in counts.items() if k not in ("by_cycles", "memory_failed"))
+        failed = counts.get("regression", 0)
         inconclusive = counts.get("inconclusive", 0)
         passed = runs - failed - inconclusive
         print(
-            f"{name:12} {scale:6.2f} {runs:5d} {failed:7d} {inconclusive:9d} {passed:7d} "
-            f"{(runs - inconclusive) / runs:9.0%}"
+            f"{name:12} {label:>6} {runs:5d} {failed:7d} {inconclusive:9d} {passed:7d} "
+            f"{(runs - inconclusive) / max(runs, 1):9.0%} {counts['by_cycles']:10d} {counts['memory_failed']:9d}"
         )
     print(f"total {time.perf_counter() - started:.0f} s")
 

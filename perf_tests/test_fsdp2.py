@@ -49,7 +49,7 @@ def _param_bytes(module: nn.Module, local: bool) -> int:
 
 # On the CPU, gloo's worker threads allocate next to the training thread, so the order of allocations and frees
 # (and the step's peak) moved by 0.75 MiB (+7.6%) between unchanged runs; on CUDA the allocator's peak is exact.
-@pytest.mark.gpuperf(time_tolerance=0.3, memory_tolerance={"cpu": 0.15})
+@pytest.mark.gpuperf(time_tolerance={"cpu": 0.3, "mps": 0.3, "cuda": 0.10}, memory_tolerance={"cpu": 0.15})
 @pytest.mark.gpuperf_distributed(world_size=WORLD)
 def test_fsdp2_training_step_tokens_per_second_and_peak_memory(gpuperf, gpuperf_rank):
     """One FSDP2 training step (all-gather, forward, backward, reduce-scatter, AdamW) on every rank."""

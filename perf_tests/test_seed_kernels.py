@@ -71,7 +71,8 @@ def test_large_matmul_compute_side(gpuperf):
     gpuperf.measure(step, flops=2 * n**3, bytes_moved=3 * n * n * a.element_size())
 
 
-@pytest.mark.gpuperf(time_tolerance=0.3)
+# CUDA keeps the 5% default: this step's time moved 0.13% between fresh processes on the H200 (gpu/clock_traces.py).
+@pytest.mark.gpuperf(time_tolerance={"cpu": 0.3, "mps": 0.3})
 def test_minillm_training_step(gpuperf):
     """One MiniLLM training step (forward, backward, AdamW) on one device; tokens/s and peak memory."""
     cfg = gpuperf.pick(cpu=CPU_CONFIG, default=GPU_TEST_CONFIG)

@@ -362,3 +362,53 @@ def test_worker_plugin_reports_project_packages_loaded_from_outside_its_side(
         assert worker_plugin._leaks() == []  # loaded from the side's own root: fine
     finally:
         sys.modules.pop("projpkg_for_ab", None)
+
+
+def _clocked(time: float, clock: float, bound: str = "compute-bound") -> dict:
+    """One A/B process's payload: time and cycles per step of a step run at ``clock`` MHz (5% tolerance)."""
+    cycles = time * clock * 1e6
+    timing = {
+        "metric": "step.time",
+        "label": "time",
+        "value": time,
+        "unit": "s",
+        "better": "lower",
+        "kind": "time",
+        "status": "new",
+        "tolerance": 0.05,
+        "sample_values": [time] * 10,
+        "extra": {"sm_clock_mhz": clock},
+    }
+    cyc = {
+        "metric": "step.cycles",
+        "label": "cycles",
+        "value": cycles,
+        "unit": "cycles",
+        "better": "lower",
+        "kind": "cycles",
+        "status": "info",
+        "tolerance": 0.05,
+        "sample_values": [cycles] * 10,
+        "extra": {},
+    }
+    category = {"metric": "step.bound", "value": bound, "kind": "category", "status": "new", "unit": ""}
+    return {"outcome": "passed", "error": None, "payload": {"verdicts": [timing, cyc, category]}}  # fmt: skip
+
+
+def test_ab_judges_cycles_when_the_processes_ran_at_different_sm_clocks() -> None:
+    # The same work (1.25 M cycles) in processes at 1485-1935 MHz: times spread 30%, cycles agree.
+    unchanged = TestEvidence("t.py::gemm")
+    unchanged.a = [_clocked(1.25e6 / 1485e6, 1485), _clocked(1.25e6 / 1935e6, 1935)]
+    unchanged.b = [_clocked(1.25e6 / 1700e6, 1700), _clocked(1.25e6 / 1600e6, 1600)]
+    verdict = judge_evidence(unchanged, final=True)[0]
+    assert verdict.status == "unchanged" and "judged on cycles" in verdict.message
+    slowed = TestEvidence("t.py::gemm")  # +10% of the work, hidden in time by faster clocks on B
+    slowed.a = [_clocked(1.25e6 / 1485e6, 1485), _clocked(1.25e6 / 1500e6, 1500)]
+    slowed.b = [_clocked(1.375e6 / 1650e6, 1650), _clocked(1.375e6 / 1640e6, 1640)]
+    verdict = judge_evidence(slowed, final=True)[0]
+    assert verdict.status == "regression" and verdict.worse == pytest.approx(1.10, rel=0.02)
+    memory = TestEvidence("t.py::copy")  # a memory-bound step keeps its time verdict whatever the SM clock
+    memory.a = [_clocked(1e-3, 1980, "memory-bound"), _clocked(1e-3, 1500, "memory-bound")]
+    memory.b = [_clocked(1e-3, 1700, "memory-bound"), _clocked(1e-3, 1980, "memory-bound")]
+    verdict = judge_evidence(memory, final=True)[0]
+    assert verdict.status == "unchanged" and "cycles" not in verdict.message

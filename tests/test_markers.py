@@ -39,7 +39,10 @@ def test_gpuperf_marker_returns_only_the_keys_given_checked() -> None:
         ({"precision": 0}, "precision=...) (a relative half-width, > 0) must be > 0, got 0"),
         ({"bound": 3}, "bound=...) must be a bound class"),
         ({"informational": 3}, "informational=...) must be a metric name or a list of metric names"),
-        ({"time_tolerence": 0.1}, "got unknown argument(s) ['time_tolerence']; known: ['bound', 'host_tolerance', 'informational'"),
+        (
+            {"time_tolerence": 0.1},
+            "got unknown argument(s) ['time_tolerence']; known: ['bound', 'host_tolerance', 'informational'",
+        ),
     ],
 )
 def test_bad_gpuperf_marker_arguments_name_the_test_the_key_and_the_range(kwargs: dict, message: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
 
 WORKER_MODULE = "_gpuperf_ab_worker"
@@ -119,10 +120,8 @@ def judge_evidence(evidence: TestEvidence, final: bool) -> list[AbVerdict]:
             verdict.a = side[-1].value if a_side else None
             verdicts.append(verdict)
             continue
-        a_pos = {i: k for k, i in enumerate(i for i, m in enumerate(a_metrics) if name in m)}
-        b_pos = {i: k for k, i in enumerate(i for i, m in enumerate(b_metrics) if name in m)}
-        pairs = [(a_pos[i], b_pos[i]) for i in range(min(len(a_metrics), len(b_metrics))) if i in a_pos and i in b_pos]
-        verdicts.append(judge_metric(name, a_side, b_side, pairs, info, final))
+        verdicts.append(judge_metric(name, a_side, b_side, pairs_of(name, a_metrics, b_metrics), info, final))
+    decide_on_cycles(verdicts, a_metrics, b_metrics, final)
     return verdicts
 
 

@@ -1,0 +1,69 @@
+"""A/B on a GPU whose SM clock moves between processes: the step's cycles decide, as for stored baselines.
+
+Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1410-1935 MHz
+were read across pytest processes on the H200 for one GEMM). When the processes' clocks spread by more than
+:data:`~pytest_gpuperf.judging.clock_rule.CLOCK_CHANGE`, a timing metric is judged on its step's cycles per
+step (device time x SM clock, each process's own) with the same rule and tolerance, unless the step is
+memory-bound (:mod:`pytest_gpuperf.judging.clock_rule`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
+from pytest_gpuperf.judging.clock_rule import CLOCK_CHANGE, follows_sm_clock
+
+Metrics = list[dict[str, dict[str, Any]]]
+
+
+def pairs_of(name: str, a_metrics: Metrics, b_metrics: Metrics) -> list[tuple[int, int]]:
+    """(A index, B index) of the round pairs where both processes reported ``name``, in side-sample positions."""
+    a_pos = {i: k for k, i in enumerate(i for i, m in enumerate(a_metrics) if name in m)}
+    b_pos = {i: k for k, i in enumerate(i for i, m in enumerate(b_metrics) if name in m)}
+    return [(a_pos[i], b_pos[i]) for i in range(min(len(a_metrics), len(b_metrics))) if i in a_pos and i in b_pos]
+
+
+def _clocks(name: str, metrics: Metrics) -> list[float]:
+    out = []
+    for m in metrics:
+        clock = ((m.get(name) or {}).get("extra") or {}).get("sm_clock_mhz")
+        if isinstance(clock, (int, float)) and clock > 0:
+            out.append(float(clock))
+    return out
+
+
+def _bound(step: str, metrics: Metrics) -> Any:
+    return next(((m.get(f"{step}.bound") or {}).get("value") for m in reversed(metrics) if f"{step}.bound" in m), None)
+
+
+def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
+    """Re-judge each time/throughput verdict on its step's cycles where the processes' SM clocks differ."""
+    for verdict in verdicts:
+        if verdict.kind not in ("time", "throughput") or verdict.tolerance is None or verdict.status == "info":
+            continue
+        step = verdict.metric.rpartition(".")[0]
+        cycles = f"{step}.cycles"
+        clocks = _clocks(verdict.metric, a_metrics) + _clocks(verdict.metric, b_metrics)
+        if len(clocks) < 2 or max(clocks) / min(clocks) - 1.0 <= CLOCK_CHANGE:
+            continue
+        if not follows_sm_clock(_bound(step, b_metrics)):
+            continue
+        a_side = [SideSample(m[cycles]["value"], list(m[cycles].get("sample_values") or [])) for m in a_metrics
+                  if cycles in m]  # fmt: skip
+        b_side = [SideSample(m[cycles]["value"], list(m[cycles].get("sample_values") or [])) for m in b_metrics
+                  if cycles in m]  # fmt: skip
+        if not a_side or not b_side or len(a_side) != len(verdict.a_values) or len(b_side) != len(verdict.b_values):
+            continue
+        pairs = pairs_of(cycles, a_metrics, b_metrics)
+        status, worse, uncertainty, paired, why = judge_numeric(
+            a_side, b_side, pairs, "lower", verdict.tolerance, "cycles", final
+        )
+        spread = f"{min(clocks):.0f}-{max(clocks):.0f} MHz"
+        verdict.status, verdict.decided = status, status != "undecided"
+        verdict.worse, verdict.uncertainty = worse, uncertainty
+        verdict.pairs = paired if verdict.better == "lower" else [1.0 / p for p in paired if p > 0]
+        verdict.message = (
+            f"judged on cycles per step (device time x SM clock; the processes ran at {spread}): "
+            f"B/A {worse - 1.0:+.1%}, {why}"
+        )
