@@ -8,6 +8,10 @@ wall time (pytest's report duration) and the time spent inside ``measure_time`` 
 
     python benchmarks/bench_test_overhead.py --device cpu
     python benchmarks/bench_test_overhead.py --device cuda      # on the GPU machine
+    python benchmarks/bench_test_overhead.py --device cpu --profile /tmp/prof   # + cProfile of each first test
+
+Where the first test's seconds go is printed too: inclusive perf_counter spans of the plugin's own steps
+(``benchmarks/overhead_probe.py``: fixture set-up, baseline lookup, memory pass, loop, counting, roofs, judging).
 
 Overhead = call wall time - measuring loop: baseline lookup, the peak-memory pass, the analytic (FLOP/byte)
 pass, roofs, judging and reporting. Printed per test position, median over ``--repeats`` processes.
@@ -90,11 +94,27 @@ def test_step(gpuperf, i):
 """
 
 
-def run(project: Path, device: str, cache: bool, extra: list[str]) -> tuple[list[float], list[float], float]:
+#: Spans of the first test, keyed by case, summed over the repeats (divided at the end).
+FIRST_SPANS: dict[str, list[dict[str, float]]] = {}
+
+
+def run(
+    project: Path, device: str, cache: bool, extra: list[str], case: str = "", profile: Path | None = None
+) -> tuple[list[float], list[float], float]:
     """One fresh pytest process: per-test call seconds and loop seconds (in test order), and its wall time."""
     out = project / "times.json"
-    env = {**os.environ, "BENCH_DEVICE": device, "BENCH_OUT": str(out), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--gpuperf", "--gpuperf-backend", device]
+    probe = project / "probe.json"
+    env = {
+        **os.environ,
+        "BENCH_DEVICE": device,
+        "BENCH_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]),
+        "OVERHEAD_PROBE_OUT": str(probe),
+    }
+    if profile is not None:
+        env["OVERHEAD_PROBE_PROFILE"] = str(profile)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "overhead_probe"]
+    command += ["--gpuperf", "--gpuperf-backend", device]
     command += [] if cache else ["-p", "no:cacheprovider"]
     started = time.perf_counter()
     done = subprocess.run(
@@ -105,6 +125,12 @@ def run(project: Path, device: str, cache: bool, extra: list[str]) -> tuple[list
         raise SystemExit(f"pytest failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     data = json.loads(out.read_text())
     ids = list(data["calls"])
+    spans = json.loads(probe.read_text())
+    first = ids[0]
+    phases = spans["phases"].get(first, {})
+    FIRST_SPANS.setdefault(case, []).append(
+        {**spans["spans"].get(first, {}), "(setup phase)": phases.get("setup", 0.0), "(call phase)": phases["call"]}
+    )
     return [data["calls"][i] for i in ids], [data["loops"].get(i, 0.0) for i in ids], wall
 
 
@@ -113,6 +139,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--tests", type=int, default=4, help="perf tests per process")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case")
+    parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of each case's first test here")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
@@ -126,10 +153,14 @@ def main() -> None:
                               "PYTHONPATH": str(ROOT)}, capture_output=True, check=False,
         )  # fmt: skip
         rows: dict[str, list[tuple[list[float], list[float], float]]] = {"no cached roofs": [], "cached roofs": []}
-        for _ in range(opts.repeats):
+        profiles = Path(opts.profile) if opts.profile else None
+        if profiles is not None:
+            profiles.mkdir(parents=True, exist_ok=True)
+        for repeat in range(opts.repeats):
             shutil.rmtree(project / ".pytest_cache", ignore_errors=True)
-            rows["no cached roofs"].append(run(project, opts.device, True, opts.pytest_args))
-            rows["cached roofs"].append(run(project, opts.device, True, opts.pytest_args))
+            for case, slug in (("no cached roofs", "empty-cache"), ("cached roofs", "cached")):
+                where = profiles / f"first-test-{slug}-{repeat}.prof" if profiles is not None else None
+                rows[case].append(run(project, opts.device, True, opts.pytest_args, case, where))
     print(f"device {opts.device}, {opts.tests} tests per process, median of {opts.repeats} fresh processes")
     print(f"{'case':16} {'test':>4} {'call s':>8} {'loop s':>8} {'beyond loop s':>14} {'goal':>6}")
     for case, runs in rows.items():
@@ -144,6 +175,23 @@ def main() -> None:
                 f"{'' if statistics.median(beyond) <= goal else '  OVER'}"
             )
         print(f"{case:16} process wall {statistics.median(r[2] for r in runs):.2f} s")
+    print_spans()
+
+
+def print_spans() -> None:
+    """The first test's spans per case (median of the repeats; an indented span is inside the one above)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from overhead_probe import SPANS
+
+    labels = ["(setup phase)", "(call phase)", *dict.fromkeys(label for label, _ in SPANS)]
+    cases = list(FIRST_SPANS)
+    print()
+    print("first test, seconds per span (median of the processes; indented spans are inside the one above)")
+    print(f"{'span':28}" + "".join(f"{case:>18}" for case in cases))
+    for label in labels:
+        values = [statistics.median(s.get(label, 0.0) for s in FIRST_SPANS[case]) for case in cases]
+        if any(v > 0.0005 for v in values):
+            print(f"{label:28}" + "".join(f"{v:18.3f}" for v in values))
 
 
 if __name__ == "__main__":

@@ -335,3 +335,77 @@ def test_a_backend_without_roofs_gets_a_note_not_a_crash() -> None:
             None,  # type: ignore[arg-type]
         ).note
     )
+
+
+def _hinted_cpu_context(backend: Any) -> Any:
+    """A measured step's context with FLOP/byte hints (so counting needs no real step) on ``backend``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        handle=SimpleNamespace(backend=backend),
+        hints={"flops": 1e9, "bytes_moved": 1e6},
+        timing=SimpleNamespace(typical=1e-2, median=1e-2),
+        name="step",
+        step=lambda: None,
+    )
+
+
+def test_roofs_no_verdict_needs_are_not_measured_but_cached_ones_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """need_roofs False: an empty cache costs no calibration (the step gets no class); a filled one is used."""
+    from pytest_gpuperf.profiling import analytic, counting
+
+    monkeypatch.setattr(
+        counting, "count_step", lambda step, sync: counting.StepCount(5.0, 5.0, "float32", ops=1, working_set=1e9)
+    )
+    backend = CountingBackend([1e10])
+    cache = FakeCache()
+    context = _hinted_cpu_context(backend)
+    skipped = analytic.analytic_verdict(context, RoofProvider(RoofStore(cache)), FINGERPRINT, 0.3, None, False)
+    assert backend.calls == [] and skipped.line is None and skipped.metrics == []
+    assert skipped.skipped == analytic.ROOFS_NOT_NEEDED and skipped.note == ""
+    needed = analytic.analytic_verdict(context, RoofProvider(RoofStore(cache)), FINGERPRINT, 0.3, None, True)
+    assert backend.calls == ["dram", "cache", "compute"] and needed.line is not None
+    cached = analytic.analytic_verdict(context, RoofProvider(RoofStore(cache)), FINGERPRINT, 0.3, None, False)
+    assert backend.calls == ["dram", "cache", "compute"]  # nothing measured again
+    assert cached.line is not None and cached.metrics[0].name == "step.bound"
+
+
+class FolderCache(FakeCache):
+    """pytest's cache with its ``mkdir`` (a folder under ``root``), where the roof lock file lives."""
+
+    def __init__(self, root: Any) -> None:
+        super().__init__()
+        self.root = root
+
+    def mkdir(self, name: str) -> Any:
+        folder = self.root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+
+def test_roofs_are_measured_under_a_file_lock_and_read_back_by_the_next_process(tmp_path: Any) -> None:
+    """Of two processes sharing pytest's cache (xdist or A/B workers), one measures; the other reads its roofs."""
+    import fcntl
+
+    cache = FolderCache(tmp_path)
+    held: list[bool] = []
+
+    class LockChecking(CountingBackend):
+        def measure_roof(self, what: str, cls: str, tries: int) -> dict[str, Any] | None:
+            with (tmp_path / "gpuperf-roofs" / "measure.lock").open("a") as other:
+                try:
+                    fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    held.append(True)
+                else:
+                    fcntl.flock(other.fileno(), fcntl.LOCK_UN)
+                    held.append(False)
+            return super().measure_roof(what, cls, tries)
+
+    first = LockChecking([1e10])
+    RoofProvider(RoofStore(cache)).roofs(first, FINGERPRINT, "float32")
+    assert held == [True, True, True]  # every calibration ran while the lock was held
+    second = CountingBackend([])
+    other = RoofProvider(RoofStore(cache))
+    assert other.roofs(second, FINGERPRINT, "float32").bandwidth == 1e10 and second.calls == []
+    assert other.calibrated == []

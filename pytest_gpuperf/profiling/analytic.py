@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from pytest_gpuperf.profiling.roofs import RoofProvider
 
 
+ROOFS_NOT_NEEDED = (
+    "no bound class: this device's roofs are not measured yet and no verdict of this run needs them (the baseline "
+    "has no bound class for the step); --gpuperf-update or @pytest.mark.gpuperf(bound=...) measures them"
+)
+
+
 @dataclass
 class AnalyticResult:
     """The count, the classification and the metrics of one step (``line`` is None without a verdict)."""
@@ -29,6 +35,8 @@ class AnalyticResult:
     line: Roofline | None
     metrics: list[Metric]
     note: str = ""
+    #: Why no verdict was made although one could be (said in the verbose profile, not flagged as a problem).
+    skipped: str = ""
 
 
 def count_for(context: MeasureContext) -> tuple[StepCount | None, str]:
@@ -71,8 +79,13 @@ def analytic_verdict(
     fingerprint: dict[str, Any],
     latency_share: float | None,
     baseline_bound: str | None,
+    need_roofs: bool = True,
 ) -> AnalyticResult:
-    """Count the step once, classify it against the device's roofs, and build its metrics."""
+    """Count the step once, classify it against the device's roofs, and build its metrics.
+
+    ``need_roofs`` False (no verdict of this run needs the bound class): roofs that are not known yet are not
+    measured for it; the step gets no bound class then (``skipped`` says why).
+    """
     from pytest_gpuperf.profiling.roofline import (
         HOST_CPU_HYSTERESIS,
         HYSTERESIS,
@@ -85,6 +98,8 @@ def analytic_verdict(
     if count is None:
         return AnalyticResult(None, None, [], note)
     backend = context.handle.backend
+    if not need_roofs and not provider.cached(backend, fingerprint, count.dtype):
+        return AnalyticResult(count, None, [], skipped=ROOFS_NOT_NEEDED)
     try:
         roofs = provider.roofs(backend, fingerprint, count.dtype)
     except (KeyError, TypeError) as exc:

@@ -31,7 +31,8 @@ whose working set fits in the last-level cache is judged against the cache roof.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,14 +282,43 @@ def _make_traffic_mode() -> Any:
     return OpTraffic()
 
 
+@contextmanager
+def without_dynamo_import(mode_classes: Sequence[type]) -> Iterator[None]:
+    """Run dispatch modes without their first dispatch importing ``torch._dynamo`` (1.7-7 s of a first test).
+
+    torch wraps every ``TorchDispatchMode.__torch_dispatch__`` in ``torch._disable_dynamo``, which imports
+    ``torch._dynamo`` (and inductor) at the first dispatch only to tell dynamo not to trace the mode. When dynamo
+    was never imported, nothing is being compiled: the wrapper is told that its disabled function is the plain
+    one for the duration of the count, and told nothing afterwards. When dynamo is loaded, nothing changes.
+    """
+    import sys
+
+    marked = []
+    if "torch._dynamo" not in sys.modules:
+        for cls in mode_classes:
+            for klass in cls.__mro__:
+                raw = getattr(klass.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+                if raw is not None and getattr(raw, "__dynamo_disable", None) is None:
+                    raw.__dynamo_disable = raw
+                    marked.append(raw)
+    try:
+        yield
+    finally:
+        for raw in marked:
+            if getattr(raw, "__dynamo_disable", None) is raw:
+                del raw.__dynamo_disable
+
+
 def count_step(step: Callable[[], object], synchronize: Callable[[], None]) -> StepCount:
     """Run ``step`` once under FlopCounterMode and :class:`OpTraffic`: one count of its FLOPs and bytes."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from torch.utils import flop_counter
 
-    flop_mode = FlopCounterMode(display=False)
+    flop_mode = flop_counter.FlopCounterMode(display=False)
     traffic = _make_traffic_mode()
-    with flop_mode, traffic:
-        step()
+    inner = getattr(flop_counter, "_FlopCounterMode", None)
+    with without_dynamo_import([type(traffic), *([inner] if isinstance(inner, type) else [])]):
+        with flop_mode, traffic:
+            step()
     synchronize()
     dtypes = traffic.matmul_dtypes or traffic.tensor_dtypes
     dtype = max(dtypes, key=lambda k: dtypes[k]) if dtypes else "float32"

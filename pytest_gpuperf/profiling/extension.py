@@ -88,16 +88,20 @@ class ProfilingExtension:
         occurrence = self._occurrences.get(context.name, 0)
         self._occurrences[context.name] = occurrence + 1
         backend = context.handle.backend
+        baseline_bound = self._baseline_value(context, f"{context.name}.bound")
         result = analytic_verdict(
             context,
             self.roofs,
             context.judging.fingerprint(context.test),
             self.settings.latency_share,
-            self._baseline_value(context, f"{context.name}.bound"),
+            baseline_bound,
+            self._needs_roofs(context, item, baseline_bound),
         )
         metrics = list(result.metrics)
         if result.note:
             record.notes.append(result.note)
+        if result.skipped:
+            record.verdicts.append(f"analytic: {result.skipped}")
         if result.line is not None and result.count is not None:
             count = result.count
             record.verdicts.append(f"analytic {result.line.explain()} [{count.flops_source}; {count.bytes_source}]")
@@ -111,6 +115,22 @@ class ProfilingExtension:
         if item is not None:
             item.stash.setdefault(PROFILE_KEY, []).append(record)
         return metrics
+
+    def _needs_roofs(self, context: MeasureContext, item: pytest.Item | None, baseline_bound: str | None) -> bool:
+        """True when a verdict of this run needs the step's bound class, so missing roofs must be measured.
+
+        It does when the class is recorded (``--gpuperf-update``), judged (the baseline holds one), asserted
+        (``bound=``), compared with ncu's or shown with a trace, or when the roofs were asked to be measured
+        (``--gpuperf-recalibrate``). Otherwise cached roofs are used when there are some, and none are measured.
+        """
+        settings = getattr(context.judging, "settings", None)
+        return (
+            bool(getattr(settings, "update", False))
+            or baseline_bound is not None
+            or context.handle.options.get("bound") is not None
+            or self.roofs.recalibrate
+            or (item is not None and (ncu_requested(item, self.settings) or profile_requested(item, self.settings)))
+        )
 
     def _baseline_value(self, context: MeasureContext, metric: str) -> str | None:
         """The class the baseline file holds for ``metric`` (also when re-recording; see ``recorded_value``)."""

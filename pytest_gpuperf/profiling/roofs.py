@@ -30,7 +30,8 @@ measures everything again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,19 +99,35 @@ def measure_peak_flops(backend: Backend, cls: str, tries: int = TRIES) -> dict[s
 
     dtype = getattr(torch, cls.split("-")[0])
     n = 1024 if backend.name == "cpu" else (4096 if cls == "float64" else 8192)
-    gen = torch.Generator(device="cpu").manual_seed(7)
-    a = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=backend.device(), dtype=dtype)
+    a = _random_matrix(backend, n, 7).to(dtype=dtype)
+    b = _random_matrix(backend, n, 8).to(dtype=dtype)
     seconds = _best_time(backend, lambda: a @ b, 1 if backend.name == "cpu" else 3, tries)
     return {"peak_flops": 2.0 * n**3 / seconds, "matmul_n": n, "seconds": seconds}
 
 
-def _random(backend: Backend, nbytes: int, seed: int) -> Any:
-    """A random float32 tensor of about ``nbytes`` on the backend's device (never all zeros)."""
+def _random_values(backend: Backend, shape: tuple[int, ...], seed: int) -> Any:
+    """Random float32 values of ``shape`` on the backend's device (never all zeros), drawn where they live.
+
+    On CUDA they are drawn by the GPU's own generator: 2^28 values drawn on the CPU and copied took seconds of
+    the first test's roof measurement, the GPU draws them in milliseconds.
+    """
     import torch
 
+    if backend.name == "cuda":
+        gen = torch.Generator(device=backend.device()).manual_seed(seed)
+        return torch.randn(shape, generator=gen, device=backend.device())
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(max(1, nbytes // 4), generator=gen).to(backend.device())
+    return torch.randn(shape, generator=gen).to(backend.device())
+
+
+def _random_matrix(backend: Backend, n: int, seed: int) -> Any:
+    """A random float32 ``n x n`` matrix on the backend's device."""
+    return _random_values(backend, (n, n), seed)
+
+
+def _random(backend: Backend, nbytes: int, seed: int) -> Any:
+    """A random float32 tensor of about ``nbytes`` on the backend's device (never all zeros)."""
+    return _random_values(backend, (max(1, nbytes // 4),), seed)
 
 
 def _pattern(name: str, src: Any) -> tuple[Callable[[], object], float]:
@@ -277,9 +294,9 @@ class RoofStore:
         """Where entries live, for the report."""
         return "pytest's cache (.pytest_cache/v/gpuperf/roofs/)" if self.cache is not None else "memory only"
 
-    def load(self, key: str) -> dict[str, Any] | None:
-        """The entry of ``key`` (None when missing, broken or of another version)."""
-        if key in self._memory:
+    def load(self, key: str, fresh: bool = False) -> dict[str, Any] | None:
+        """The entry of ``key`` (None when missing, broken or of another version); ``fresh``: read the file again."""
+        if key in self._memory and not fresh:
             return self._memory[key]
         entry = self.cache.get(CACHE_PREFIX + key, None) if self.cache is not None else None
         if not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION:
@@ -287,6 +304,31 @@ class RoofStore:
         if not isinstance(entry.get("compute"), dict):
             return None
         return entry
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        """Hold the machine's roof-measuring lock: one process measures, the others (xdist, A/B workers) wait.
+
+        A file lock next to pytest's cache (``.pytest_cache/d/gpuperf-roofs/measure.lock``); in memory only, or
+        where file locks are not available, no lock.
+        """
+        folder = getattr(self.cache, "mkdir", None)  # pytest's Cache has one; an in-memory stand-in has none
+        if folder is None:
+            yield
+            return
+        try:
+            import fcntl
+
+            handle = (Path(folder("gpuperf-roofs")) / "measure.lock").open("a")
+        except (ImportError, OSError):
+            yield
+            return
+        with handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def store(self, key: str, entry: dict[str, Any]) -> None:
         """Keep ``entry`` for ``key`` (pytest's cache writes its JSON file atomically)."""
@@ -304,32 +346,52 @@ class RoofProvider:
         self.recalibrate = recalibrate
         self._fresh: set[str] = set()
         self._refreshed: set[tuple[str, str]] = set()
+        #: Keys this process measured or saved: its own entry is the newest, no need to read the file again.
+        self._fresh_here: set[str] = set()
         self.calibrated: list[str] = []
 
-    def _entry(self, key: str, fingerprint: dict[str, Any]) -> dict[str, Any]:
-        entry = self.store.load(key)
+    def _entry(self, key: str, fingerprint: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
+        entry = self.store.load(key, fresh=fresh and key not in self._fresh_here)
         if entry is None or (self.recalibrate and key not in self._fresh):
             entry = {"fingerprint": {k: fingerprint.get(k) for k in ("backend", "device_name", "arch")}}
             entry["compute"] = {}
         self._fresh.add(key)
         return entry
 
+    def cached(self, backend: Backend, fingerprint: dict[str, Any], dtype: str) -> bool:
+        """True when the roofs for ``dtype``'s class are known without measuring (this session or the cache)."""
+        key = cache_key(fingerprint)
+        if self.recalibrate and key not in self._fresh:
+            return False
+        entry = self.store.load(key)
+        return entry is not None and "dram" in entry and dtype_class(dtype, backend) in entry["compute"]
+
     def roofs(self, backend: Backend, fingerprint: dict[str, Any], dtype: str) -> Roofs:
-        """The roofs for ``dtype``'s class on this device, calibrating what is not cached yet."""
+        """The roofs for ``dtype``'s class on this device, calibrating what is not cached yet.
+
+        What is missing is measured under the store's lock, after reading the cache again: of several processes
+        of one run (xdist workers, A/B workers) one measures and the others read its result.
+        """
         key = cache_key(fingerprint)
         cls = dtype_class(dtype, backend)
         entry = self._entry(key, fingerprint)
-        measured = []
-        if "dram" not in entry:
-            entry["dram"] = measure(backend, "dram", cls)
-            entry["cache"] = measure(backend, "cache", cls)
-            measured.append("DRAM and cache bandwidth")
-        if cls not in entry["compute"]:
-            entry["compute"][cls] = measure(backend, "compute", cls)
-            measured.append(f"{cls} compute")
-        if measured:
-            self._save(key, entry, fingerprint)
-            self.calibrated.append(f"{key} ({', '.join(measured)})")
+        if "dram" in entry and cls in entry["compute"]:
+            return self._roofs(entry, key, cls)
+        with self.store.measuring():
+            if not self.recalibrate:  # recalibrating measures again whatever the file holds
+                entry = self._entry(key, fingerprint, fresh=True)
+            measured = []
+            if "dram" not in entry:
+                entry["dram"] = measure(backend, "dram", cls)
+                entry["cache"] = measure(backend, "cache", cls)
+                measured.append("DRAM and cache bandwidth")
+            if cls not in entry["compute"]:
+                entry["compute"][cls] = measure(backend, "compute", cls)
+                measured.append(f"{cls} compute")
+            if measured:
+                self._save(key, entry, fingerprint)
+                self._fresh_here.add(key)
+                self.calibrated.append(f"{key} ({', '.join(measured)})")
         return self._roofs(entry, key, cls)
 
     def refresh(self, backend: Backend, fingerprint: dict[str, Any], dtype: str, level: str) -> Roofs | None:
@@ -343,16 +405,18 @@ class RoofProvider:
         if (key, what + cls) in self._refreshed:
             return None
         self._refreshed.add((key, what + cls))
-        entry = self._entry(key, fingerprint)
-        new = measure(backend, what, cls, REFRESH_TRIES)
-        old = entry["compute"].get(cls) if what == "compute" else entry.get(what)
-        rate = "peak_flops" if what == "compute" else "bandwidth"
-        if new is not None and (not old or float(new[rate]) > float(old[rate])):
-            if what == "compute":
-                entry["compute"][cls] = new
-            else:
-                entry[what] = new
-        self._save(key, entry, fingerprint)
+        with self.store.measuring():
+            entry = self._entry(key, fingerprint, fresh=True)
+            new = measure(backend, what, cls, REFRESH_TRIES)
+            old = entry["compute"].get(cls) if what == "compute" else entry.get(what)
+            rate = "peak_flops" if what == "compute" else "bandwidth"
+            if new is not None and (not old or float(new[rate]) > float(old[rate])):
+                if what == "compute":
+                    entry["compute"][cls] = new
+                else:
+                    entry[what] = new
+            self._save(key, entry, fingerprint)
+            self._fresh_here.add(key)
         self.calibrated.append(f"{key} ({level} re-measured after a step beat it)")
         return self._roofs(entry, key, cls)
 
