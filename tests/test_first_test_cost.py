@@ -64,7 +64,7 @@ def test_cpu_memory_pass_starts_no_dynamo_and_sees_the_step_allocations():
         """
         import json, sys
         import torch
-        from pytest_gpuperf.cpu_memory import measure_cpu_peak_bytes
+        from pytest_gpuperf.backends.cpu_memory import measure_cpu_peak_bytes
         a = torch.randn(256, 256, generator=torch.Generator().manual_seed(2))
         peak = measure_cpu_peak_bytes(lambda: torch.tanh(a @ a) @ a)
         print(json.dumps({"peak": peak, "clean": "torch._dynamo" not in sys.modules}))
