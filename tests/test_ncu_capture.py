@@ -23,6 +23,7 @@ from pytest_gpuperf.profiling.ncu_capture import (
     child_pytest_args,
     find_ncu,
     ncu_prefix,
+    ncu_test_key,
     split_windows,
 )
 from pytest_gpuperf.profiling.ncu_parse import SOL_METRICS, NcuParseError, parse_raw
@@ -242,7 +243,7 @@ def test_the_session_starts_one_ncu_child_for_all_its_ncu_tests(
 
     calls: list[list[str]] = []
 
-    def fake_capture(ncu: str, node_ids: list[str], *args: object) -> SessionCapture:
+    def fake_capture(ncu: str, node_ids: list[str], *args: object, **kwargs: object) -> SessionCapture:
         calls.append(list(node_ids))
         return SessionCapture({(n, "step", 0): [] for n in node_ids}, tmp_path / "x.csv", 10.0, [ncu], list(node_ids))
 
@@ -260,7 +261,7 @@ def test_the_session_starts_one_ncu_child_for_all_its_ncu_tests(
 def test_an_unavailable_ncu_is_asked_once_per_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
 
-    def refusing(ncu: str, node_ids: list[str], *args: object) -> None:
+    def refusing(ncu: str, node_ids: list[str], *args: object, **kwargs: object) -> None:
         calls.append(list(node_ids))
         raise NcuUnavailable("ncu cannot read GPU counters here: ERR_NVGPUCTRPERM")
 
@@ -285,3 +286,120 @@ def test_only_the_cuda_instances_of_perf_tests_join_the_ncu_session() -> None:
     assert _runs_on_cuda(item("cuda"))  # type: ignore[arg-type]
     assert not _runs_on_cuda(item("cpu"))  # type: ignore[arg-type]
     assert not _runs_on_cuda(item(None))  # type: ignore[arg-type]
+
+
+USER_FILE = """
+import pytest
+import torch
+
+OPS = {}  # a module-level cache of the ops, filled at import
+
+
+def op(name):
+    def register(fn):
+        OPS[name] = fn
+        return fn
+    return register
+
+
+@op("add")
+def _add(x):
+    return x + x
+
+
+@op("mul")
+def _mul(x):
+    return x * x
+
+
+@op("tanh")
+def _tanh(x):
+    return torch.tanh(x)
+
+
+@op("exp")
+def _exp(x):
+    return torch.exp(x)
+
+
+@op("relu")
+def _relu(x):
+    return torch.relu(x)
+
+
+@op("abs")
+def _abs(x):
+    return torch.abs(x)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op(gpuperf, name):
+    x = torch.randn(256, generator=torch.Generator().manual_seed(0))
+    gpuperf.measure(lambda: OPS[name](x))
+"""
+
+
+def _collected(args: list[str], cwd: Path) -> list[str]:
+    """Node ids that ``args`` (a pytest command) collects, run with ``--collect-only -q`` in ``cwd``."""
+    done = subprocess.run(
+        [*args, "--collect-only", *([] if "-q" in args else ["-q"])],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+
+
+def test_the_child_collects_a_user_files_parametrized_k_selected_tests_under_the_parents_ids(tmp_path: Path) -> None:
+    """Issue 22: a user's file outside the rootdir's package, ids with parameters, selected by -k, run with the
+    rootdir of a repository given on the command line; the ncu child must collect exactly the parent's tests
+    under the parent's node ids (its capture windows are named by them)."""
+    repo, user = tmp_path / "repo", tmp_path / "elsewhere" / "ops"
+    repo.mkdir()
+    user.mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmarkers = ["slowish: a marker"]\n')
+    (user / "test_user_ops.py").write_text(USER_FILE)
+    parent = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--gpuperf"]
+    parent += ["--gpuperf-backend", "cpu", f"--rootdir={repo}", "-c", str(repo / "pyproject.toml")]
+    selection = [str(user / "test_user_ops.py"), "-k", "add or mul or tanh or exp or relu"]
+    ids = _collected([*parent, *selection], tmp_path)
+    assert len(ids) == 5 and all(i.endswith("-cpu]") and "::test_op[" in i for i in ids), ids
+    parent_args = parent[3:] + selection
+    # before: the child ran in the rootdir, selecting by node id; a file outside the rootdir has an empty path
+    # part in its node id (pytest 9: "::test_op[add-cpu]"), so the child's run reached none of its tests
+    old = child_pytest_args(ids, "cpu", tmp_path / "baselines", False)
+    assert _collected(old, repo) != ids
+    keys = [ncu_test_key(user / "test_user_ops.py", i) for i in ids]
+    assert all(k.startswith(str(user / "test_user_ops.py") + "::test_op[") for k in keys)
+    child = child_pytest_args(keys, "cpu", tmp_path / "b", False, repo, repo / "pyproject.toml", parent_args)
+    assert _collected(child, tmp_path) == ids  # from where the parent was started: the same tests, the same ids
+    assert "-k" not in child and "--gpuperf-backend" in child  # the child selects by test, never by -k
+
+
+def test_windows_are_found_by_the_file_whatever_rootdir_each_side_had(tmp_path: Path) -> None:
+    """The child records each window under ncu_test_key (absolute file path + the rest of the id): a parent whose
+    rootdir differs from the child's finds it, a parametrized id included."""
+    from pytest_gpuperf.profiling.ncu_capture import SessionCapture
+
+    path = tmp_path / "elsewhere" / "ops" / "test_user_ops.py"
+    parent_id = "::test_op[relu-cuda]"  # the parent's id of a file outside its rootdir
+    child_id = "ops/test_user_ops.py::test_op[relu-cuda]"  # the same test in a child with another rootdir
+    assert ncu_test_key(path, parent_id) == ncu_test_key(path, child_id) == f"{path}::test_op[relu-cuda]"
+    session = SessionCapture({(ncu_test_key(path, child_id), "step", 0): []}, tmp_path / "s.csv", 1.0, [])
+    session.keys, session.tests = {parent_id: ncu_test_key(path, parent_id)}, [parent_id]
+    assert session.capture(parent_id, "step", 0).kernels == []
+    with pytest.raises(NcuUnavailable, match=r"windows recorded: .*test_op\[relu-cuda\] step 'step'"):
+        session.capture(parent_id, "other", 0)
+
+
+def test_the_parents_plugin_and_ini_options_reach_the_child() -> None:
+    from pytest_gpuperf.profiling.ncu_capture import forwarded_options
+
+    args = ["-p", "myplug", "-pother", "-o", "a=b", "--import-mode=importlib", "--confcutdir", "x", "-k", "add"]
+    args += ["--noconftest", "-v", "tests/test_x.py", "--override-ini=c=d"]
+    assert forwarded_options(args) == [
+        "-p", "myplug", "-pother", "-o", "a=b", "--import-mode=importlib", "--confcutdir", "x", "--noconftest",
+        "--override-ini=c=d",
+    ]  # fmt: skip

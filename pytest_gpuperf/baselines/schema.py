@@ -138,16 +138,16 @@ def _check_sample_counts(path: Path, root: Any) -> dict[tuple[str, ...], int]:
         lines[(str(key.value),)] = key.start_mark.line + 1
         if key.value != "tests":
             continue
-        for test_key, metrics in _mapping_items(value):
-            lines[("tests", str(test_key.value))] = test_key.start_mark.line + 1
+        for ncu_test_key, metrics in _mapping_items(value):
+            lines[("tests", str(ncu_test_key.value))] = ncu_test_key.start_mark.line + 1
             for metric_key, entry in _mapping_items(metrics):
                 line = metric_key.start_mark.line + 1
-                lines[("tests", str(test_key.value), str(metric_key.value))] = line
+                lines[("tests", str(ncu_test_key.value), str(metric_key.value))] = line
                 for field_key, field_value in _mapping_items(entry):
                     if isinstance(field_value, yaml.SequenceNode) and len(field_value.value) > MAX_SAMPLES:
                         raise BaselineError(
                             path,
-                            f"metric {metric_key.value!r} of {test_key.value!r}: {field_key.value} holds "
+                            f"metric {metric_key.value!r} of {ncu_test_key.value!r}: {field_key.value} holds "
                             f"{len(field_value.value)} values, more than the {MAX_SAMPLES} read per metric "
                             "(a baseline keeps ~30)",
                             field_key.start_mark.line + 1,

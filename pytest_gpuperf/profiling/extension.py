@@ -41,6 +41,10 @@ class ProfilingSettings:
     xdist: bool
     #: True in an xdist worker: the worker captures its own ncu tests one at a time (it does not know its share).
     xdist_worker: bool = False
+    #: Where pytest was started, its ini file and command line: the ncu child collects the same tests from there.
+    invocation_dir: Path | None = None
+    inifile: Path | None = None
+    invocation_args: tuple[str, ...] = ()
 
 
 def profile_requested(item: pytest.Item, settings: ProfilingSettings) -> bool:
@@ -67,6 +71,8 @@ class ProfilingExtension:
         self._occurrences: dict[str, int] = {}
         #: Test ids that asked for ncu capture (set at collection); captured together in one ncu child.
         self.ncu_node_ids: list[str] = []
+        #: Node id -> its ncu test key (absolute file path + the rest of the id), for every test collected here.
+        self.ncu_keys: dict[str, str] = {}
         self._ncu_session: SessionCapture | None = None
         self._ncu_error: str | None = None
 
@@ -175,6 +181,10 @@ class ProfilingExtension:
                 self.settings.artifacts_dir / f"{stem}.ncu.csv",
                 self.settings.ncu_timeout * max(1, len(node_ids)),
                 self.settings.xdist,
+                invocation_dir=self.settings.invocation_dir,
+                inifile=self.settings.inifile,
+                parent_args=self.settings.invocation_args,
+                keys={n: self.ncu_keys[n] for n in node_ids if n in self.ncu_keys},
             )
         except NcuUnavailable as exc:
             if together:
@@ -273,6 +283,14 @@ class NcuChildExtension:
     def __init__(self, manifest: Path) -> None:
         self.manifest = manifest
         self._seen: dict[tuple[str, str], int] = {}
+        #: node id -> :func:`~pytest_gpuperf.profiling.ncu_capture.ncu_test_key` of the collected tests.
+        self._keys: dict[str, str] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Name each collected test the way the parent does: by its file's absolute path, not its node id."""
+        from pytest_gpuperf.profiling.ncu_capture import ncu_test_key
+
+        self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
 
     def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
         """The hook: see :meth:`after_measure`."""
@@ -287,5 +305,6 @@ class NcuChildExtension:
             return []
         index = self._seen.get((handle.node_id, context.name), 0)
         self._seen[(handle.node_id, context.name)] = index + 1
-        bracket_step(handle.backend, context.step, self.manifest, (handle.node_id, context.name, index))
+        key = (handle.node_id, context.name, index)
+        bracket_step(handle.backend, context.step, self.manifest, key, self._keys.get(handle.node_id))
         return []

@@ -75,16 +75,24 @@ class SessionCapture:
     wall_s: float
     command: list[str]
     tests: list[str] = field(default_factory=list)
+    #: The parent's node id -> its :func:`ncu_test_key` (the name the child records its windows under).
+    keys: dict[str, str] = field(default_factory=dict)
+    #: The last lines of the child's output (its pytest summary), for the reason of a missing window.
+    output_tail: str = ""
 
     def capture(self, node_id: str, step: str, occurrence: int) -> NcuCapture:
-        """The window of one step; NcuUnavailable when the child never reached it."""
-        key = (node_id, step, occurrence)
-        if key not in self.windows:
+        """The window of one step; NcuUnavailable when the child never reached it (naming what it did record)."""
+        keys = [(self.keys[node_id], step, occurrence)] if node_id in self.keys else []
+        keys.append((node_id, step, occurrence))
+        found = next((key for key in keys if key in self.windows), None)
+        if found is None:
+            recorded = sorted({f"{test} step {name!r}" for test, name, _ in self.windows})
             raise NcuUnavailable(
                 f"the ncu session ({len(self.tests)} test(s)) captured no window for {node_id} step {step!r}; "
-                f"the child run of the test did not reach that measure() call (see {self.csv_path})"
+                f"the child run of the test did not reach that measure() call (see {self.csv_path}); "
+                f"windows recorded: {', '.join(recorded[:6]) or 'none'}; child output: {self.output_tail}"
             )
-        return NcuCapture(self.windows[key], self.csv_path, self.cost_per_test, self.command)
+        return NcuCapture(self.windows[found], self.csv_path, self.cost_per_test, self.command)
 
     @property
     def cost_per_test(self) -> float:
@@ -122,9 +130,65 @@ def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
     ]
 
 
-def child_pytest_args(node_ids: Sequence[str], backend: str, baselines_dir: Path, xdist: bool) -> list[str]:
-    """A short ``--gpuperf`` run of the tests: just enough warm-up for each window to be representative."""
-    args = [sys.executable, "-m", "pytest", *node_ids, "-q", "-p", "no:cacheprovider", "--gpuperf"]
+def ncu_test_key(path: Path | str, node_id: str) -> str:
+    """A test's name that does not depend on the rootdir: its file's absolute path, then the rest of its node id.
+
+    The parent selects the child's tests by it and both sides name capture windows by it. A node id alone does
+    not do: a file outside the rootdir has an empty path part (``::test_x[name-cuda]`` under pytest 9), which
+    selects nothing in the child, and a child that found another rootdir names the same test differently.
+    """
+    _, sep, rest = node_id.partition("::")
+    return os.path.normpath(str(path)) + sep + rest
+
+
+#: Options of the parent's command line that decide what the child collects and how (value-taking ones).
+FORWARDED_WITH_VALUE = ("-p", "-c", "--config-file", "-o", "--override-ini", "--import-mode", "--confcutdir")
+#: Flags of the parent's command line that the child needs too.
+FORWARDED_FLAGS = ("--noconftest",)
+
+
+def forwarded_options(args: Sequence[str]) -> list[str]:
+    """The parent's plugin, ini, import-mode and conftest options (``-p X``, ``-o k=v``, ``--import-mode=...``)."""
+    kept: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = str(args[index])
+        name, eq, _ = arg.partition("=")
+        if arg in FORWARDED_FLAGS:
+            kept.append(arg)
+        elif arg in FORWARDED_WITH_VALUE and index + 1 < len(args):
+            kept += [arg, str(args[index + 1])]
+            index += 1
+        elif eq and name in FORWARDED_WITH_VALUE and name.startswith("--"):
+            kept.append(arg)
+        elif arg[:2] in ("-p", "-o", "-c") and len(arg) > 2 and not arg.startswith("--"):
+            kept.append(arg)
+        index += 1
+    return kept
+
+
+def child_pytest_args(
+    selection: Sequence[str],
+    backend: str,
+    baselines_dir: Path,
+    xdist: bool,
+    rootdir: Path | None = None,
+    inifile: Path | None = None,
+    parent_args: Sequence[str] = (),
+) -> list[str]:
+    """A short ``--gpuperf`` run of the tests: just enough warm-up for each window to be representative.
+
+    ``selection``: the tests as :func:`ncu_test_key` (absolute file path + the rest of the id), so the child
+    collects them from any working directory (a file outside the rootdir, a parametrized id, a run the parent
+    selected with ``-k``); ``rootdir``/``inifile``: the parent's, so the child's ids, conftests and ini options
+    are the parent's too; ``parent_args``' plugin, ini and import options come along (:func:`forwarded_options`).
+    """
+    args = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "--gpuperf"]
+    if rootdir is not None:
+        args += ["--rootdir", str(rootdir)]
+    if inifile is not None and not any(a in ("-c", "--config-file") or a.startswith("-c") for a in parent_args):
+        args += ["-c", str(inifile)]
+    args += forwarded_options(parent_args)
     args += ["--gpuperf-backend", backend, "--gpuperf-max-time", "0.05", "--gpuperf-min-samples", "1"]
     args += ["--gpuperf-no-reference", "--gpuperf-no-confirm", "--gpuperf-baselines", str(baselines_dir)]
     if xdist:
@@ -163,7 +227,8 @@ def read_manifest(path: Path) -> list[WindowKey]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             entry = json.loads(line)
-            keys.append((str(entry["node_id"]), str(entry["step"]), int(entry["occurrence"])))
+            test = entry.get("test") or entry["node_id"]
+            keys.append((str(test), str(entry["step"]), int(entry["occurrence"])))
     return keys
 
 
@@ -175,19 +240,37 @@ def capture_session(
     csv_path: Path,
     timeout: float = DEFAULT_TIMEOUT,
     xdist: bool = False,
+    invocation_dir: Path | None = None,
+    inifile: Path | None = None,
+    parent_args: Sequence[str] = (),
+    keys: dict[str, str] | None = None,
 ) -> SessionCapture:
-    """Run ``node_ids`` in one child pytest under ncu; every ``measure()`` there is one capture window."""
+    """Run ``node_ids`` in one child pytest under ncu; every ``measure()`` there is one capture window.
+
+    The child runs where the parent was started (``invocation_dir``, default ``rootdir``: ``python -m pytest``
+    puts it on ``sys.path``, as it did for the parent) with the parent's rootdir, ini file and plugin options.
+    ``keys``: each node id's :func:`ncu_test_key` (the child is given those; without them, the node ids).
+    """
+    keys = dict(keys or {})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     if csv_path.exists():
         csv_path.unlink()
     with tempfile.TemporaryDirectory(prefix="gpuperf-ncu-") as scratch:
         manifest_path = Path(scratch) / "windows.jsonl"
         env = {**os.environ, ENV_MANIFEST: str(manifest_path)}
-        command = ncu_prefix(ncu, csv_path) + child_pytest_args(node_ids, backend, Path(scratch), xdist)
+        selection = [keys.get(n, n) for n in node_ids]
+        child = child_pytest_args(selection, backend, Path(scratch), xdist, rootdir, inifile, parent_args)
+        command = ncu_prefix(ncu, csv_path) + child
         started = time.perf_counter()
         try:
             done = subprocess.run(
-                command, cwd=rootdir, env=env, capture_output=True, text=True, timeout=timeout, check=False
+                command,
+                cwd=invocation_dir or rootdir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except FileNotFoundError as exc:
             raise NcuUnavailable(f"cannot start ncu ({ncu}): {exc}") from None
@@ -197,7 +280,10 @@ def capture_session(
             ) from None
         wall = time.perf_counter() - started
         manifest = read_manifest(manifest_path)
-    return parse_session(csv_path, f"{done.stdout}\n{done.stderr}", manifest, wall, command, list(node_ids))
+    session = parse_session(csv_path, f"{done.stdout}\n{done.stderr}", manifest, wall, command, list(node_ids))
+    session.keys = keys
+    session.output_tail = _tail(f"{done.stdout}\n{done.stderr}", 3)
+    return session
 
 
 def parse_session(
@@ -234,7 +320,9 @@ def child_manifest() -> Path | None:
     return Path(path) if path else None
 
 
-def bracket_step(backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey) -> None:
+def bracket_step(
+    backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey, test: str | None = None
+) -> None:
     """One capture window: a marker kernel and one call of ``step`` between profiler start and stop."""
     import torch
 
@@ -247,4 +335,7 @@ def bracket_step(backend: Backend, step: Callable[[], object], manifest: Path, k
     finally:
         torch.cuda.cudart().cudaProfilerStop()
     with manifest.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"node_id": key[0], "step": key[1], "occurrence": key[2]}) + "\n")
+        entry = {"node_id": key[0], "step": key[1], "occurrence": key[2]}
+        if test is not None:
+            entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
+        handle.write(json.dumps(entry) + "\n")

@@ -117,6 +117,9 @@ def pytest_configure(config: pytest.Config) -> None:
         rootdir=config.rootpath,
         xdist=config.pluginmanager.hasplugin("xdist"),
         xdist_worker=hasattr(config, "workerinput"),
+        invocation_dir=config.invocation_params.dir,
+        inifile=config.inipath,
+        invocation_args=tuple(str(a) for a in config.invocation_params.args),
     )
     store = RoofStore(getattr(config, "cache", None))
     roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
@@ -143,14 +146,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     items = session.items
     from pytest_gpuperf.profiling.extension import ncu_requested
+    from pytest_gpuperf.profiling.ncu_capture import ncu_test_key
 
-    extension.ncu_node_ids = [
-        item.nodeid
+    wanted = [
+        item
         for item in items
         if "gpuperf" in getattr(item, "fixturenames", ())
         and ncu_requested(item, extension.settings)
         and _runs_on_cuda(item)
     ]
+    extension.ncu_node_ids = [item.nodeid for item in wanted]
+    extension.ncu_keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted}
 
 
 def _runs_on_cuda(item: pytest.Item) -> bool:
