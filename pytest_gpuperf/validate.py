@@ -24,6 +24,11 @@ def _scalar(value: Any, what: str) -> int | float:
     if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
         raise NumberError(f"{what} must be a number, got {value!r}")
     if isinstance(value, int):
+        try:
+            float(value)
+        except OverflowError:
+            digits = int(abs(int(value)).bit_length() * 0.30103) + 1
+            raise NumberError(f"{what} must be a finite number, got an integer of about {digits} digits") from None
         return int(value)
     if isinstance(value, float):
         return float(value)

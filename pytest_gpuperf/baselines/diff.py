@@ -40,39 +40,29 @@ class BaselineChange:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
-
-
-def _worse(before: float, after: float, better: str) -> bool:
-    return after > before if better == "lower" else (after < before if better == "higher" else after != before)
-
-
-def _judged_quantile(samples: list[Any], better: str) -> float | None:
-    from pytest_gpuperf.stats import STAT_QUANTILE, quantile
-
-    numbers = [_number(s) for s in samples]
-    if not numbers or any(n is None or not math.isfinite(n) for n in numbers):
+    try:
+        return float(value)
+    except OverflowError:
         return None
-    return quantile(
-        [float(n) for n in numbers if n is not None], STAT_QUANTILE if better == "lower" else 1 - STAT_QUANTILE
-    )
+
+
+def loosening(entry_before: dict[str, Any], entry_after: dict[str, Any]) -> list[str]:
+    """The fields whose edit makes the new entry accept worse results (or switches a check off); empty if none.
+
+    Every field a verdict reads has a row in :data:`~pytest_gpuperf.baselines.fields.ENTRY_FIELDS` saying when
+    its edit loosens the gate (a slower value or judged quantile, a larger process spread, another SM clock,
+    another direction or kind); an entry the reader refuses where the old one was valid loosens it as a whole.
+    """
+    from pytest_gpuperf.baselines.fields import entry_problem, loosened_fields
+
+    if entry_problem(entry_after) and not entry_problem(entry_before):
+        return ["entry"]  # a NaN, a negative peak, a word where a number was: the comparison would switch off
+    return loosened_fields(entry_before, entry_after)
 
 
 def loosens(entry_before: dict[str, Any], entry_after: dict[str, Any]) -> bool:
     """True when the new entry accepts worse results than the old one (or no longer gates reliably)."""
-    from pytest_gpuperf.baselines.schema import entry_problem
-
-    if entry_problem(entry_after) and not entry_problem(entry_before):
-        return True  # a NaN, a negative peak, a word where a number was: the comparison would switch off
-    if any(entry_before.get(k) != entry_after.get(k) for k in ("better", "kind")):
-        return True
-    better = str(entry_after.get("better", "lower"))
-    before, after = _number(entry_before.get("value")), _number(entry_after.get("value"))
-    if before is not None and after is not None and _worse(before, after, better):
-        return better != "equal"
-    old_q = _judged_quantile(entry_before.get("samples") or [], better)
-    new_q = _judged_quantile(entry_after.get("samples") or [], better)
-    return old_q is not None and new_q is not None and better != "equal" and _worse(old_q, new_q, better)
+    return bool(loosening(entry_before, entry_after))
 
 
 def _metric_change(file: str, test: str, metric: str, before: dict[str, Any], after: dict[str, Any]) -> BaselineChange:
@@ -91,7 +81,10 @@ def _metric_change(file: str, test: str, metric: str, before: dict[str, Any], af
     others = [f for f in fields if f != "value"]
     if others:
         detail += f"; also changed: {', '.join(others)}"
-    return BaselineChange(file, "metric changed", test, metric, old, new, loosens(before, after), detail)
+    loosened = loosening(before, after)
+    if loosened and loosened != ["value"]:
+        detail += f"; loosened by: {', '.join(loosened)}"
+    return BaselineChange(file, "metric changed", test, metric, old, new, bool(loosened), detail)
 
 
 def diff_tests(

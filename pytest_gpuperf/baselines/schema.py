@@ -26,6 +26,7 @@ switch the comparison off. Errors name the file, the line, the test and the metr
 from __future__ import annotations
 
 import gc
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,8 @@ SCHEMA_VERSION = 1
 MAX_SAMPLES = 1000
 #: Largest baseline file read (a 1,000-test file is about 1 MB).
 MAX_FILE_BYTES = 32 * 1024 * 1024
-KINDS_POSITIVE = ("time", "throughput", "cycles")
-#: Kinds whose value must be a number (a custom metric may hold a word, judged like a category).
-NUMERIC_KINDS = ("time", "throughput", "memory", "cycles", "host")
 #: Fields of the drift probe, which is gone: read and dropped.
 RETIRED_FIELDS = frozenset({"normalized", "reference"})
-BETTER = ("lower", "higher", "equal")
 RERECORD_HINT = "fix it by hand or delete it and re-record with `pytest --gpuperf --gpuperf-update`"
 
 
@@ -73,44 +70,14 @@ class BaselineFile:
             self.stored = self.tests
 
 
-def entry_problem(entry: Any, max_samples: int = MAX_SAMPLES) -> str | None:
-    """What is wrong with one metric entry (None when it is valid); shared by reading and writing."""
-    from pytest_gpuperf.validate import NumberError, finite_number, non_negative_number, positive_number
+def entry_problem(entry: Any) -> str | None:
+    """What is wrong with one metric entry (None when it is valid); shared by reading and writing.
 
-    if not isinstance(entry, dict):
-        return f"must be a mapping with a 'value', found {type(entry).__name__}"
-    if "value" not in entry:
-        return "needs a 'value'"
-    kind = entry.get("kind")
-    for key in ("kind", "unit", "method"):
-        if key in entry and not isinstance(entry[key], str):
-            return f"{key} must be a string, got {entry[key]!r}"
-    if "better" in entry and entry["better"] not in BETTER:
-        return f"better must be one of {', '.join(BETTER)}, got {entry['better']!r}"
-    value = entry["value"]
-    if kind == "category" or (kind not in NUMERIC_KINDS and isinstance(value, str)):
-        if not isinstance(value, str) or not value:
-            return f"value of a category must be a non-empty word, got {value!r}"
-    else:
-        non_negative = kind in ("memory", "host")
-        check = positive_number if kind in KINDS_POSITIVE else (non_negative_number if non_negative else None)
-        try:
-            (check or finite_number)(value, "value")
-        except NumberError as exc:
-            word = f" (kind {kind})" if kind else ""
-            return f"{exc}{word}"
-    samples = entry.get("samples", [])
-    if not isinstance(samples, list):
-        return f"samples must be a list of numbers, got {type(samples).__name__}"
-    if len(samples) > max_samples:
-        return f"holds {len(samples)} samples, more than the {max_samples} read per metric (a baseline keeps ~30)"
-    check = positive_number if kind in KINDS_POSITIVE else finite_number
-    for index, sample in enumerate(samples):
-        try:
-            check(sample, f"samples[{index}]")
-        except NumberError as exc:
-            return f"samples must be a list of numbers: {exc}"
-    return None
+    Every field a verdict reads is checked by its row of :data:`~pytest_gpuperf.baselines.fields.ENTRY_FIELDS`.
+    """
+    from pytest_gpuperf.baselines.fields import entry_problem as check_fields
+
+    return check_fields(entry)
 
 
 def _yaml_error(path: Path, exc: Exception) -> BaselineError:
@@ -156,23 +123,29 @@ def _check_sample_counts(path: Path, root: Any) -> dict[tuple[str, ...], int]:
 
 
 def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[str, ...], int]]:
-    """Compose once (libyaml when present), check sizes on the node tree, then build the data."""
+    """Compose once (libyaml when present) with the strict checks, check sizes on the node tree, build the data."""
     import yaml
 
-    loader_class = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
-    loader = loader_class(text)
+    from pytest_gpuperf.baselines.strict_yaml import StrictYamlError, compose_strict
+
     collecting = gc.isenabled()
     gc.disable()  # a node tree of ~10^5 young objects would trigger full collections over and over (3x slower)
+    loader = None
     try:
-        node = loader.get_single_node()
+        node, loader = compose_strict(text)
         if node is None:
             return None, {}
         lines = _check_sample_counts(path, node)
         return loader.construct_document(node), lines
+    except StrictYamlError as exc:
+        raise BaselineError(path, str(exc), exc.line) from exc
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from exc
+    except (ValueError, OverflowError, RecursionError) as exc:  # a number Python cannot build, nesting too deep
+        raise BaselineError(path, f"not valid YAML ({type(exc).__name__}: {exc})") from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
         if collecting:
             gc.enable()
 
@@ -222,9 +195,7 @@ def _expand(stored: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
 def parse_baseline_text(path: Path, text: str) -> BaselineFile:
     """Parse and validate the text of a baseline file; raise :class:`BaselineError` on any problem."""
     if len(text) > MAX_FILE_BYTES:
-        raise BaselineError(
-            path, f"is {len(text) / 2**20:.0f} MiB, larger than the {MAX_FILE_BYTES // 2**20} MiB read for a baseline"
-        )
+        raise _too_large(path)
     data, lines = _compose(path, text)
     if data is None:
         raise BaselineError(path, "file is empty")
@@ -238,14 +209,19 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
     if not isinstance(tests, dict):
         raise BaselineError(path, "'tests' must be a mapping of test id to metrics", lines.get(("tests",)))
     stored: dict[str, dict[str, dict[str, Any]]] = {}
+    from pytest_gpuperf.baselines.fields import MAX_TEST_ID, name_problem
+
     for test_id, metrics in tests.items():
+        problem = name_problem(test_id, "test id", MAX_TEST_ID)
+        if problem:
+            raise BaselineError(path, problem, lines.get(("tests", str(test_id))))
         if not isinstance(metrics, dict):
             raise BaselineError(
                 path, f"test {test_id!r} must map metric names to entries", lines.get(("tests", str(test_id)))
             )
         stored[str(test_id)] = {}
         for metric_name, entry in metrics.items():
-            problem = entry_problem(entry)
+            problem = name_problem(metric_name) or entry_problem(entry)
             if problem:
                 where = lines.get(("tests", str(test_id), str(metric_name)))
                 raise BaselineError(path, f"metric {metric_name!r} of {test_id!r}: {problem}", where)
@@ -253,20 +229,48 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
     return BaselineFile(path=path, fingerprint=fingerprint, tests=_expand(stored), stored=stored)
 
 
-def load_baseline_file(path: Path) -> BaselineFile | None:
-    """Load ``path``; None when it does not exist; :class:`BaselineError` when it is malformed."""
+_CACHE: OrderedDict[tuple[Any, ...], BaselineFile] = OrderedDict()
+#: Baseline files kept parsed per process (a session reads each once; tests, summary and diff share it).
+CACHE_SIZE = 64
+
+
+def _too_large(path: Path) -> BaselineError:
+    cap = f"{MAX_FILE_BYTES // 2**20} MiB" if MAX_FILE_BYTES >= 2**20 else f"{MAX_FILE_BYTES} bytes"
+    return BaselineError(path, f"holds more than the {cap} read for a baseline (only that much was read)")
+
+
+def load_baseline_file(path: Path, cached: bool = True) -> BaselineFile | None:
+    """Load ``path``; None when it does not exist; :class:`BaselineError` when it is malformed.
+
+    Only a regular file is read (a FIFO or a device behind a symlink is refused, never waited on), and at most
+    :data:`MAX_FILE_BYTES` + 1 bytes of it. With ``cached`` a file whose path, inode, size and times are
+    unchanged is parsed once per process and the same (read-only) :class:`BaselineFile` is returned; a writer
+    re-reading under its lock passes ``cached=False``.
+    """
+    from pytest_gpuperf.baselines.strict_yaml import NotARegularFile, TooLarge, read_regular_file
+
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise BaselineError(
-                path,
-                f"is {path.stat().st_size / 2**20:.0f} MiB, larger than the {MAX_FILE_BYTES // 2**20} MiB "
-                "read for a baseline",
-            )
-        text = path.read_text(encoding="utf-8")
+        raw, info = read_regular_file(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
     except IsADirectoryError as exc:
         raise BaselineError(path, "is a directory, not a baseline file") from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except NotARegularFile as exc:
+        raise BaselineError(path, f"{exc}; a baseline must be a regular file") from exc
+    except TooLarge as exc:
+        raise _too_large(path) from exc
+    except OSError as exc:
         raise BaselineError(path, f"cannot be read ({exc})") from exc
-    return parse_baseline_text(path, text)
+    key = (str(Path(path).absolute()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if cached and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(path, f"cannot be read ({exc})") from exc
+    loaded = parse_baseline_text(path, text)
+    _CACHE[key] = loaded
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return loaded

@@ -218,7 +218,7 @@ def update_baseline_file(
     path.parent.mkdir(parents=True, exist_ok=True)
     with directory_lock(path.parent):
         sweep_stale_temp_files(path.parent)
-        current = load_baseline_file(path)
+        current = load_baseline_file(path, cached=False)  # fresh, under the lock
         stored = dict(current.stored) if current is not None else {}
         changed = current is None
         for test_id, metrics in entries.items():

@@ -1,0 +1,256 @@
+"""The fields of a baseline entry that a verdict reads: one declarative table.
+
+Each row of :data:`ENTRY_FIELDS` says, for one field of a metric entry, what a valid
+value is (type, finite, range; checked when a file is read and before one is written)
+and when an edit of it loosens the gate (listed ``[LOOSENS THE GATE]`` by
+``--gpuperf-baseline-ref``). A field that judging, the evidence rules, the stop rule or
+the timing plan reads from an entry belongs here; adding one is adding a row (for
+example a per-sample clock list: ``EntryField("sm_clock_samples", number_list(positive_number),
+loosens=changed)``). The reader and the writer check every row (:func:`entry_problem`),
+and :func:`loosened_fields` names the rows an edit loosens.
+
+Checks raise ``ValueError`` (:class:`~pytest_gpuperf.validate.NumberError`) with a
+message that starts with the field's name; ``loosens(before, after)`` gets the two
+entries (a missing field reads as absent) and says whether the new one accepts worse
+results or switches a check off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpuperf.validate import NumberError, finite_number, non_negative_number, positive_int, positive_number
+
+#: Kinds whose value is checked as a positive / non-negative number (a custom metric may hold a word).
+KINDS_POSITIVE = ("time", "throughput", "cycles")
+#: Kinds whose value is checked as a number >= 0 (a peak memory, a host overhead).
+KINDS_NON_NEGATIVE = ("memory", "host")
+NUMERIC_KINDS = (*KINDS_POSITIVE, *KINDS_NON_NEGATIVE)
+BETTER = ("lower", "higher", "equal")
+#: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
+MAX_WORD = 64
+#: An SM clock this much off (relative) measures another machine (the evidence rule's threshold).
+CLOCK_CHANGE = 0.03
+
+Check = Callable[[Any, dict[str, Any]], None]
+Loosens = Callable[[dict[str, Any], dict[str, Any]], bool]
+
+
+def _never(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class EntryField:
+    """One field of a metric entry: how it is checked and when an edit of it loosens the gate."""
+
+    name: str
+    check: Check
+    loosens: Loosens = _never
+    #: Who reads it, for the docs and error messages.
+    read_by: str = ""
+    required: bool = False
+
+
+# -- checks ----------------------------------------------------------------------------------------------------
+
+
+def word(value: Any, entry: dict[str, Any], name: str = "") -> None:
+    """A short printable string (unit, kind, method)."""
+    if not isinstance(value, str):
+        raise NumberError(f"{name} must be a string, got {value!r}")
+    if len(value) > MAX_WORD or not value.isprintable():
+        raise NumberError(f"{name} must be a short printable word, got {value[:MAX_WORD]!r}")
+
+
+def _word(name: str) -> Check:
+    return lambda value, entry: word(value, entry, name)
+
+
+def _better(value: Any, entry: dict[str, Any]) -> None:
+    if value not in BETTER:
+        raise NumberError(f"better must be one of {', '.join(BETTER)}, got {value!r}")
+
+
+def _value(value: Any, entry: dict[str, Any]) -> None:
+    kind = entry.get("kind")
+    if kind == "category" or (kind not in NUMERIC_KINDS and isinstance(value, str)):
+        if not isinstance(value, str) or not value:
+            raise NumberError(f"value of a category must be a non-empty word, got {value!r}")
+        return
+    check = (
+        positive_number
+        if kind in KINDS_POSITIVE
+        else (non_negative_number if kind in KINDS_NON_NEGATIVE else finite_number)
+    )
+    try:
+        check(value, "value")
+    except NumberError as exc:
+        raise NumberError(f"{exc} (kind {kind})" if kind else str(exc)) from None
+
+
+def _samples(value: Any, entry: dict[str, Any]) -> None:
+    from pytest_gpuperf.baselines.schema import MAX_SAMPLES
+
+    if not isinstance(value, list):
+        raise NumberError(f"samples must be a list of numbers, got {type(value).__name__}")
+    if len(value) > MAX_SAMPLES:
+        raise NumberError(
+            f"holds {len(value)} samples, more than the {MAX_SAMPLES} read per metric (a baseline keeps ~30)"
+        )
+    check = positive_number if entry.get("kind") in KINDS_POSITIVE else finite_number
+    for index, sample in enumerate(value):
+        try:
+            check(sample, f"samples[{index}]")
+        except NumberError as exc:
+            raise NumberError(f"samples must be a list of numbers: {exc}") from None
+
+
+def bounded(check: Callable[[Any, str], int | float], name: str, high: float) -> Check:
+    """``check`` (a :mod:`~pytest_gpuperf.validate` helper) plus an upper bound ``high``."""
+
+    def run(value: Any, entry: dict[str, Any]) -> None:
+        number = check(value, name)
+        if number > high:
+            raise NumberError(f"{name} must be <= {high:g}, got {number!r}")
+
+    return run
+
+
+# -- when an edit loosens the gate -----------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def changed(name: str) -> Loosens:
+    """Any change of ``name`` (added, removed or another value) loosens the gate."""
+    return lambda before, after: before.get(name) != after.get(name)
+
+
+def larger(name: str, absent: float = 0.0) -> Loosens:
+    """A larger ``name`` loosens the gate (a missing field reads as ``absent``)."""
+
+    def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
+        old = _number(before.get(name, absent))
+        new = _number(after.get(name, absent))
+        return old is not None and new is not None and new > old
+
+    return run
+
+
+def _clock_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """A clock added, or moved past :data:`CLOCK_CHANGE`: later runs' times read as "another machine state"."""
+    old, new = _number(before.get("sm_clock_mhz")), _number(after.get("sm_clock_mhz"))
+    if new is None:
+        return False  # removed: the machine check no longer excuses anything
+    return old is None or old <= 0 or abs(new / old - 1.0) > CLOCK_CHANGE
+
+
+def _worse(before: float, after: float, better: str) -> bool:
+    return after > before if better == "lower" else (after < before if better == "higher" else after != before)
+
+
+def _value_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    better = str(after.get("better", "lower"))
+    old, new = _number(before.get("value")), _number(after.get("value"))
+    return old is not None and new is not None and better != "equal" and _worse(old, new, better)
+
+
+def _judged_quantile(samples: Any, better: str) -> float | None:
+    from pytest_gpuperf.stats import STAT_QUANTILE, quantile
+
+    numbers = [_number(s) for s in samples] if isinstance(samples, list) else []
+    if not numbers or any(n is None or n != n or n in (float("inf"), float("-inf")) for n in numbers):
+        return None
+    return quantile([n for n in numbers if n is not None], STAT_QUANTILE if better == "lower" else 1 - STAT_QUANTILE)
+
+
+def _samples_loosen(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    better = str(after.get("better", "lower"))
+    old = _judged_quantile(before.get("samples") or [], better)
+    new = _judged_quantile(after.get("samples") or [], better)
+    return old is not None and new is not None and better != "equal" and _worse(old, new, better)
+
+
+#: Every field of a metric entry that a verdict reads, in the order they are checked.
+ENTRY_FIELDS: list[EntryField] = [
+    EntryField("kind", _word("kind"), changed("kind"), "judging (which comparison)"),
+    EntryField("unit", _word("unit"), read_by="reports"),
+    EntryField("better", _better, changed("better"), "judging (direction)"),
+    EntryField("method", _word("method"), read_by="the timing plan (how a run is timed)"),
+    EntryField("value", _value, _value_loosens, "judging", required=True),
+    EntryField("samples", _samples, _samples_loosen, "judging (bootstrap), the stop rule"),
+    EntryField(
+        "sm_clock_mhz",
+        bounded(positive_number, "sm_clock_mhz", 100_000),
+        _clock_loosens,
+        "evidence (another SM clock makes a verdict inconclusive)",
+    ),
+    EntryField(
+        "process_spread",
+        bounded(non_negative_number, "process_spread", 10.0),
+        larger("process_spread"),
+        "evidence (a spread past the tolerance makes a verdict inconclusive)",
+    ),
+    EntryField("processes", bounded(positive_int, "processes", 10_000), read_by="reports"),
+    EntryField(
+        "min_detectable_change",
+        bounded(non_negative_number, "min_detectable_change", 100.0),
+        read_by="judging (the failure message)",
+    ),
+    EntryField("noise_bound", bounded(non_negative_number, "noise_bound", 100.0), read_by="reports"),
+]
+
+
+def entry_problem(entry: Any) -> str | None:
+    """What is wrong with one metric entry (None when it is valid): every row of :data:`ENTRY_FIELDS`."""
+    if not isinstance(entry, dict):
+        return f"must be a mapping with a 'value', found {type(entry).__name__}"
+    for row in ENTRY_FIELDS:
+        if row.name not in entry:
+            if row.required:
+                return f"needs a '{row.name}'"
+            continue
+        try:
+            row.check(entry[row.name], entry)
+        except NumberError as exc:
+            return str(exc)
+    return None
+
+
+def loosened_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The fields whose edit from ``before`` to ``after`` loosens the gate (empty when none does)."""
+    return [row.name for row in ENTRY_FIELDS if row.loosens(before, after)]
+
+
+#: Longest metric name (``step.time``, ``rank3.train.tokens_per_s``: a name is a short dotted label).
+MAX_METRIC_NAME = 200
+#: Longest test id read from a baseline file (pytest ids with long parametrizations stay far below).
+MAX_TEST_ID = 4096
+
+
+def name_problem(name: Any, what: str = "metric name", limit: int = MAX_METRIC_NAME) -> str | None:
+    """What is wrong with a metric name or test id (None when valid): a non-empty printable string, bounded.
+
+    Escape codes, carriage returns and newlines would reach the terminal and the FAILED line raw and let a
+    log be spoofed; the name is shown with ``repr`` here, so the message itself is safe.
+    """
+    if not isinstance(name, str):
+        return f"{what} must be a string, got {type(name).__name__} {name!r:.80}"
+    if not name.strip():
+        return f"{what} must not be empty"
+    if len(name) > limit:
+        return f"{what} is {len(name)} characters long, more than {limit}: {name[:60]!r}..."
+    if not name.isprintable():
+        bad = next(c for c in name if not c.isprintable())
+        return f"{what} {name[:limit]!r} holds the unprintable character {bad!r} (escape codes, newlines, CR)"
+    return None
