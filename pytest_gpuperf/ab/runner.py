@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
+from pytest_gpuperf.distributed.guard import run_guarded
 
 WORKER_MODULE = "_gpuperf_ab_worker"
 OUTPUT_TAIL = 3000
@@ -201,20 +202,18 @@ class AbRunner:
         if not scope:
             run.data = {"collected": [], "tests": {}}
             return run
-        try:
-            proc = subprocess.run(
-                self.worker_command(side, scope),
-                cwd=side.cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=self.timeout,
-                check=False,
-            )
-            output, code = proc.stdout or "", proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            output, code = str(exc.stdout or ""), -1
+        code, output, timed_out = run_guarded(  # the worker and all it starts die with this pytest (guard.py)
+            self.worker_command(side, scope),
+            timeout=self.timeout,
+            cwd=side.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        output = output or ""
+        if timed_out:
             output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
         run.seconds = time.perf_counter() - began
         try:

@@ -74,9 +74,13 @@ class GitRef:
     def read(self, path: Path) -> str | None:
         """The text of ``path`` at this ref; None when the ref has no such file."""
         rel = self.relative(path)
-        exists = _git(self.repo_root, "cat-file", "-e", f"{self.commit}:{rel}")
-        if exists.returncode != 0:
+        from pytest_gpuperf.baselines import schema
+
+        size = _git(self.repo_root, "cat-file", "-s", f"{self.commit}:{rel}")
+        if size.returncode != 0:
             return None
+        if int(size.stdout.strip() or 0) > schema.MAX_FILE_BYTES:  # never pull a huge blob into memory
+            raise schema.BaselineError(self.label(path), f"is larger than the {schema.MAX_FILE_BYTES} bytes read")
         shown = _git(self.repo_root, "show", f"{self.commit}:{rel}")
         if shown.returncode != 0:
             raise GitRefError(f"git show {self.ref}:{rel} failed: {shown.stderr.strip()}")

@@ -39,6 +39,21 @@ def process_start_time(pid: int) -> str:
     return fields[19] if fields is not None and len(fields) > 19 else ""
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc; empty where /proc is absent)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(int(entry.name))
+        if fields is not None and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def process_alive(pid: int, start_time: str = "") -> bool:
     """True while ``pid`` runs: not gone, not a zombie, and (given ``start_time``) not a recycled pid."""
     if sys.platform.startswith("linux") and Path("/proc/self/stat").exists():

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuperf.distributed.env import process_env, torchrun_command, world_size_problem
+from pytest_gpuperf.distributed.guard import popen_guarded, stop_guarded
+from pytest_gpuperf.distributed.processes import descendants
 from pytest_gpuperf.distributed.script_lines import ScriptReport, parse_output
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, Metric
 
@@ -39,23 +41,6 @@ class TorchrunResult:
     report: ScriptReport
     seconds: float
     metrics: list[Metric]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc; empty where /proc is absent)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -177,13 +162,12 @@ class TorchrunRunner:
     ) -> tuple[int, str, ScriptReport, float]:
         """One run of the script on ``nproc`` ranks; fails the test on a timeout or a non-zero exit."""
         started = time.perf_counter()
-        proc = subprocess.Popen(
+        proc = popen_guarded(  # nothing it starts outlives pytest (see distributed.guard)
             command,
             env=run_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
             cwd=str(self.item.config.rootpath),
         )
         timed_out = False
@@ -192,6 +176,9 @@ class TorchrunRunner:
         except subprocess.TimeoutExpired:
             timed_out = True
             raw = self._stop(proc)
+        except BaseException:  # Ctrl-C, a failure in pytest: the script and its ranks go now
+            stop_guarded(proc)
+            raise
         output = raw.decode(errors="replace")
         seconds = time.perf_counter() - started
         if timed_out:
@@ -214,7 +201,7 @@ class TorchrunRunner:
         ranks = descendants(proc.pid)
         _signal_all(ranks, signal.SIGABRT)
         time.sleep(1.0)
-        _signal_all([proc.pid, *ranks, *descendants(proc.pid)], signal.SIGKILL)
+        stop_guarded(proc)
         try:
             raw, _ = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
