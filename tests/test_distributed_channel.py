@@ -160,3 +160,61 @@ def test_a_hostile_client_connecting_first_neither_runs_code_nor_stops_the_pool(
         for sock in sockets:
             sock.close()
     assert not marker.exists(), "the pool unpickled a message from a peer without the key"
+
+
+def test_a_flood_of_silent_connections_neither_delays_a_keyed_worker_nor_exhausts_the_listener() -> None:
+    """Issue 24: another user's flood failed a pool start ("no handshake message within 60 s")."""
+    key = new_key()
+    listener = AuthListener(key, handshake_timeout=60)  # the flood would hold a per-pool wait for a minute
+    host, port = listener.server.getsockname()[:2]
+    flood = [socket.create_connection((host, port)) for _ in range(channel.MAX_PENDING + 100)]
+    try:
+        results: list[Connection] = []
+        worker = threading.Thread(target=lambda: results.append(connect(listener.address, key, timeout=20)))
+        worker.start()
+        conn = _accept(listener, 20)
+        worker.join(30)
+        assert conn is not None and results, "a keyed worker behind a flood was not accepted"
+        send_message(results[0], "through")
+        assert recv_message(conn) == "through"
+        assert listener.rejected >= 100, "the oldest silent connections past the cap are dropped"
+        conn.close()
+        results[0].close()
+    finally:
+        for sock in flood:
+            sock.close()
+        listener.close()
+
+
+def test_each_connection_has_its_own_handshake_deadline() -> None:
+    listener = AuthListener(new_key(), handshake_timeout=0.5)
+    host, port = listener.server.getsockname()[:2]
+    try:
+        staller = socket.create_connection((host, port))
+        staller.settimeout(30)
+        assert staller.recv(64)[:4] == (32).to_bytes(4, "big")  # the challenge arrives at once
+        assert staller.recv(64) == b"", "a silent peer is disconnected when its own deadline passes"
+        assert listener.rejected == 1
+        staller.close()
+    finally:
+        listener.close()
+
+
+def test_a_pool_starts_although_a_flood_of_silent_connections_came_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    flood: list[socket.socket] = []
+
+    class FloodedFirst(AuthListener):
+        def __init__(self, key: bytes) -> None:
+            super().__init__(key, handshake_timeout=120)
+            host, port = self.server.getsockname()[:2]
+            flood.extend(socket.create_connection((host, port)) for _ in range(400))
+
+    monkeypatch.setattr(pool, "AuthListener", FloodedFirst)
+    ranks = pool.RankPool(1, "cpu", solo=True)
+    try:
+        ranks.start(timeout=120)
+        assert ranks.alive and ranks.rejected_connections >= 100
+    finally:
+        ranks.close()
+        for sock in flood:
+            sock.close()

@@ -5,8 +5,9 @@ is unpickled before the peer proved it holds the pool's secret key: both sides r
 HMAC-SHA256 challenge-response on raw bytes (``recv_bytes`` with a 256-byte cap, never
 ``recv``), in both directions, and only then exchange pickled messages.
 
-* :class:`AuthListener` (pytest process): accepts connections, runs each handshake in
-  its own thread (a peer that connects and stalls cannot block the others) and hands
+* :class:`AuthListener` (pytest process): one thread accepts connections as they arrive and
+  runs every handshake at once, each against its own deadline (a peer that connects and
+  stalls, or a flood of them, cannot block the others or fail a pool start), and hands
   out authenticated connections only; rejected peers are counted in ``rejected``.
 * :func:`connect` (worker): connects and authenticates; raises :class:`AuthenticationError`
   when the listener cannot prove it holds the key either.
@@ -14,17 +15,28 @@ HMAC-SHA256 challenge-response on raw bytes (``recv_bytes`` with a 256-byte cap,
 
 from __future__ import annotations
 
+import errno
 import hmac
 import os
 import pickle
 import queue
+import selectors
 import socket
+import struct
 import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 CHALLENGE_BYTES = 32
 MAX_HANDSHAKE_MESSAGE = 256
-HANDSHAKE_SECONDS = 30.0
+#: Seconds each connection has to answer the challenge (its own deadline, not the pool's).
+HANDSHAKE_SECONDS = 10.0
+#: Handshakes held at once; past that the oldest is dropped (a flood cannot exhaust descriptors or memory).
+MAX_PENDING = 256
+#: The worker's answer: its proof (32 bytes) and its own challenge.
+_PROOF_MESSAGE = 32 + 32
 _DIGEST = "sha256"
 
 
@@ -100,19 +112,47 @@ def recv_message(conn: Connection) -> object:
     return pickle.loads(conn.recv_bytes())
 
 
-class AuthListener:
-    """A 127.0.0.1 listener that hands out only connections whose peer proved it holds ``key``."""
+@dataclass
+class _Pending:
+    """One connection in its handshake: what it was sent, what it sent back so far, when it runs out of time."""
 
-    def __init__(self, key: bytes, handshake_timeout: float = HANDSHAKE_SECONDS) -> None:
+    sock: socket.socket
+    challenge: bytes
+    deadline: float
+    received: bytearray = field(default_factory=bytearray)
+
+
+def _frame(payload: bytes) -> bytes:
+    """``payload`` framed the way ``Connection.send_bytes`` frames it (a 4-byte big-endian length first)."""
+    return struct.pack("!i", len(payload)) + payload
+
+
+class AuthListener:
+    """A 127.0.0.1 listener that hands out only connections whose peer proved it holds ``key``.
+
+    One thread accepts every connection as it arrives (the backlog never fills behind a slow one) and runs all
+    handshakes at once through a selector, each with its *own* deadline of ``handshake_timeout`` seconds: a
+    flood of connections that never speak (another local user's) is dropped connection by connection and
+    cannot delay a worker that answers at once, nor fail a pool start. At most ``max_pending`` handshakes are
+    held; past that the oldest is dropped. Nothing a peer sends is unpickled: the handshake reads one framed
+    message of exactly the proof's size (a larger announced size is refused before it is read).
+    """
+
+    def __init__(
+        self, key: bytes, handshake_timeout: float = HANDSHAKE_SECONDS, max_pending: int = MAX_PENDING
+    ) -> None:
         self.key = key
         self.handshake_timeout = handshake_timeout
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.1)
+        self.max_pending = max_pending
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=socket.SOMAXCONN)
+        self.server.setblocking(False)
         self.rejected = 0
         self._ready: queue.Queue[Connection] = queue.Queue()
-        self._in_handshake: dict[int, socket.socket] = {}
-        self._lock = threading.Lock()
-        self._closed = False
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="gpuperf-auth-listener", daemon=True)
+        self._thread.start()
 
     @property
     def address(self) -> str:
@@ -121,54 +161,131 @@ class AuthListener:
         return f"{host}:{port}"
 
     def accept(self, timeout: float) -> Connection | None:
-        """An authenticated connection within about ``timeout`` seconds, else None."""
+        """An authenticated connection within ``timeout`` seconds, else None."""
         try:
-            sock, _ = self.server.accept()
-        except TimeoutError:
-            pass
-        else:
-            self._start_handshake(sock)
-        try:
-            return self._ready.get(timeout=max(0.0, timeout - 0.1))
+            return self._ready.get(timeout=max(0.0, timeout))
         except queue.Empty:
             return None
 
-    def _start_handshake(self, sock: socket.socket) -> None:
-        sock.settimeout(None)
-        watch = sock.dup()  # kept to shut the socket down (waking a stalled handshake) on close()
-        conn = Connection(sock.detach())
-        with self._lock:
-            self._in_handshake[id(conn)] = watch
-        threading.Thread(target=self._handshake, args=(conn, watch), daemon=True).start()
-
-    def _handshake(self, conn: Connection, watch: socket.socket) -> None:
+    # -- the listener thread ---------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.server, selectors.EVENT_READ, "accept")
+        selector.register(self._wake_read, selectors.EVENT_READ, "wake")
         try:
-            server_handshake(conn, self.key, self.handshake_timeout)
-        except (AuthenticationError, EOFError, OSError, ValueError):
-            with self._lock:
-                self.rejected += 1
-            conn.close()
-        else:
-            if self._closed:
-                conn.close()
-            else:
-                self._ready.put(conn)
+            while not self._closed.is_set():
+                wait = 1.0
+                if self._pending:
+                    wait = max(0.0, min(wait, next(iter(self._pending.values())).deadline - time.monotonic()))
+                for key, _ in selector.select(wait):
+                    if key.data == "accept":
+                        self._accept_all(selector)
+                    elif key.data == "wake":
+                        continue
+                    else:
+                        self._read(selector, key.data)
+                self._expire(selector)
         finally:
-            with self._lock:
-                self._in_handshake.pop(id(conn), None)
-            watch.close()
+            for fd in list(self._pending):
+                self._drop(selector, fd, count=False)
+            selector.close()
+            self.server.close()
+            self._wake_read.close()
+
+    def _accept_all(self, selector: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # EMFILE/ENFILE under a flood: make room by dropping the oldest handshake
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._pending:
+                    self._drop(selector, next(iter(self._pending)))
+                    continue
+                return
+            self._start(selector, sock)
+
+    def _start(self, selector: selectors.BaseSelector, sock: socket.socket) -> None:
+        challenge = os.urandom(CHALLENGE_BYTES)
+        try:
+            sock.setblocking(False)
+            sock.send(_frame(challenge))  # 36 bytes into an empty send buffer: sent whole or the peer is broken
+        except OSError:
+            self.rejected += 1
+            sock.close()
+            return
+        pending = _Pending(sock, challenge, time.monotonic() + self.handshake_timeout)
+        self._pending[sock.fileno()] = pending
+        selector.register(sock, selectors.EVENT_READ, sock.fileno())
+        while len(self._pending) > self.max_pending:
+            self._drop(selector, next(iter(self._pending)))
+
+    def _read(self, selector: selectors.BaseSelector, fd: int) -> None:
+        pending = self._pending.get(fd)
+        if pending is None:
+            return
+        wanted = 4 + _PROOF_MESSAGE
+        try:
+            chunk = pending.sock.recv(wanted - len(pending.received))
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(selector, fd)
+            return
+        pending.received += chunk
+        if len(pending.received) >= 4 and struct.unpack("!i", pending.received[:4])[0] != _PROOF_MESSAGE:
+            self._drop(selector, fd)  # announces another size: never read, never unpickled
+            return
+        if len(pending.received) < wanted:
+            return
+        answer = bytes(pending.received[4:])
+        if not hmac.compare_digest(answer[:32], _proof(self.key, b"worker", pending.challenge)):
+            self._drop(selector, fd)
+            return
+        del self._pending[fd]
+        selector.unregister(pending.sock)
+        try:
+            pending.sock.setblocking(True)
+            pending.sock.settimeout(self.handshake_timeout)
+            pending.sock.sendall(_frame(_proof(self.key, b"pool", answer[32:])))
+            pending.sock.settimeout(None)
+        except OSError:
+            self.rejected += 1
+            pending.sock.close()
+            return
+        self._ready.put(Connection(pending.sock.detach()))
+
+    def _expire(self, selector: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        while self._pending:
+            fd, pending = next(iter(self._pending.items()))
+            if pending.deadline > now:
+                return
+            self._drop(selector, fd)
+
+    def _drop(self, selector: selectors.BaseSelector, fd: int, count: bool = True) -> None:
+        pending = self._pending.pop(fd, None)
+        if pending is None:
+            return
+        if count:
+            self.rejected += 1
+        try:
+            selector.unregister(pending.sock)
+        except (KeyError, ValueError):
+            pass
+        pending.sock.close()
 
     def close(self) -> None:
         """Stop listening; break off handshakes still running; close connections never handed out."""
-        self._closed = True
-        self.server.close()
-        with self._lock:
-            stalled = list(self._in_handshake.values())
-        for watch in stalled:
-            try:
-                watch.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self._closed.set()
+        try:
+            self._wake_write.send(b"x")
+        except OSError:
+            pass
+        self._thread.join(timeout=10)
+        self._wake_write.close()
         while True:
             try:
                 self._ready.get_nowait().close()
