@@ -31,8 +31,6 @@ NUMERIC_KINDS = (*KINDS_POSITIVE, *KINDS_NON_NEGATIVE)
 BETTER = ("lower", "higher", "equal")
 #: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
 MAX_WORD = 64
-#: An SM clock this much off (relative) measures another machine (the evidence rule's threshold).
-CLOCK_CHANGE = 0.03
 
 Check = Callable[[Any, dict[str, Any]], None]
 Loosens = Callable[[dict[str, Any], dict[str, Any]], bool]
@@ -148,7 +146,9 @@ def larger(name: str, absent: float = 0.0) -> Loosens:
 
 
 def _clock_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """A clock added, or moved past :data:`CLOCK_CHANGE`: later runs' times read as "another machine state"."""
+    """A clock added, or moved past the evidence rule's threshold: later runs read as "another machine state"."""
+    from pytest_gpuperf.judging.evidence import CLOCK_CHANGE
+
     old, new = _number(before.get("sm_clock_mhz")), _number(after.get("sm_clock_mhz"))
     if new is None:
         return False  # removed: the machine check no longer excuses anything
