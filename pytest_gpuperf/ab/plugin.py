@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf.keys import SESSION_KEY
-from pytest_gpuperf.settings import add_options, get_option
+from pytest_gpuperf.settings import add_options, get_option, ini_name
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.state import AbState
@@ -60,15 +60,26 @@ def _state(config: pytest.Config) -> AbState | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under ``--gpuperf-ab REF``: validate, resolve REF and check it out (once, shared with xdist workers)."""
+    given = config.getoption(ini_name("--gpuperf-ab"), default=None)
+    if given is not None and not str(given).strip():  # `--gpuperf-ab ""`: an unset CI variable, not "no A/B"
+        raise pytest.UsageError(
+            "--gpuperf-ab was given an empty value (an unset variable?); give a git ref such as origin/main, "
+            "or drop the option to run without A/B"
+        )
     ref = get_option(config, "--gpuperf-ab")
-    if not ref:
+    if not ref or not ref.strip():
         return
+    from pytest_gpuperf.ab.gitref import AbRefError, check_ref_name
+
+    try:
+        check_ref_name(ref)  # a malformed REF is a usage error whatever else is on the command line
+    except AbRefError as exc:
+        raise pytest.UsageError(str(exc)) from None
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         raise pytest.UsageError(
             "--gpuperf-ab REF measures perf tests: add --gpuperf (pytest --gpuperf --gpuperf-ab REF)"
         )
-    from pytest_gpuperf.ab.gitref import AbRefError
     from pytest_gpuperf.ab.state import AbState
 
     try:

@@ -56,12 +56,13 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [HEADER, *rows]]
 
 
-def how_line(summary: dict[str, Any]) -> str:
-    """How the sides were measured."""
+def how_line(summary: dict[str, Any], ref: str | None = None) -> str:
+    """How the sides were measured (``ref``: how to show the ref and commit, default as they are)."""
     p = summary["processes"]
     ran = f"{p['A']} A and {p['B']} B ran" if p["A"] or p["B"] else "started by the pytest-xdist workers"
+    shown = ref or f"{summary['ref']} ({summary['sha'][:12]})"
     return (
-        f"A = {summary['ref']} ({summary['sha'][:12]}) in a temporary worktree, B = the working tree; alternating "
+        f"A = {shown} in a temporary worktree, B = the working tree; alternating "
         f"A B B A ..., {p['min']} to {p['max']} worker processes per side ({ran}), "
         f"{summary['max_time']:g} s budget per measure()"
     )
@@ -104,20 +105,23 @@ def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]
     return lines
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_lines(summary: dict[str, Any]) -> list[str]:
-    """The Markdown A/B section a reviewer reads on the PR."""
+    """The Markdown A/B section a reviewer reads on the PR.
+
+    Everything that came from a test, a git ref or a message is escaped (:mod:`~pytest_gpuperf.reporting.md_escape`)
+    like the report's other sections: a test id or a category word cannot add HTML, images or links.
+    """
+    from pytest_gpuperf.reporting.md_escape import code, text
+
     tests = summary["tests"]
     counts: dict[str, int] = {}
     for result in tests.values():
         counts[result["status"]] = counts.get(result["status"], 0) + 1
     head = ", ".join(f"{n} {HEAD_WORDS.get(s, s)}" for s, n in sorted(counts.items())) or "no test on both sides"
-    lines = [f"### A/B against `{summary['ref']}` (`{summary['sha'][:12]}`): {head}", "", how_line(summary) + ".", ""]
+    ref, sha = code(summary["ref"], in_table=False), code(str(summary["sha"])[:12], in_table=False)
+    lines = [f"### A/B against {ref} ({sha}): {head}", "", how_line(summary, f"{ref} ({sha})") + ".", ""]
     for warning in summary["warnings"]:
-        lines += [f"> [!WARNING]\n> {warning}", ""]
+        lines += [f"> [!WARNING]\n> {text(warning)}", ""]
     rows = []
     for nodeid, result in tests.items():
         for metric in result["metrics"]:
@@ -125,17 +129,19 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
                 continue
             label, a, b, change, pairs, tol, word = metric_row(metric)
             icon = ICONS.get(metric["status"], "")
-            cells = [f"`{nodeid}`", label, a, b, change, pairs, tol, f"{icon} {word}".strip()]
-            rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            if metric["kind"] == "category" or not isinstance(metric.get("ratio"), (int, float)):
+                a, b = text(a), text(b)  # words from the test (a category), not numbers formatted here
+            cells = [code(nodeid), text(label), a, b, change, pairs, tol, f"{icon} {text(word)}".strip()]
+            rows.append("| " + " | ".join(cells) + " |")
     if rows:
         lines += [
-            f"| test | metric | A (`{summary['ref']}`) | B (this PR) | change | paired B/A | tolerance | verdict |",
+            f"| test | metric | A ({code(summary['ref'])}) | B (this PR) | change | paired B/A | tolerance | verdict |",
             "|---|---|--:|--:|--:|--:|--:|---|",
             *rows,
             "",
         ]
     notes = [
-        f"- `{nodeid}` {metric['label']}: {metric['message']}"
+        f"- {code(nodeid, in_table=False)} {text(metric['label'])}: {text(metric['message'])}"
         for nodeid, result in tests.items()
         for metric in result["metrics"]
         if metric["status"] in ("inconclusive", "regression", "changed")
@@ -143,10 +149,10 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
     if notes:
         lines += ["**Why**", "", *notes, ""]
     if summary["new"]:
-        lines += ["New perf tests (only in this PR): " + ", ".join(f"`{n}`" for n in summary["new"]), ""]
+        lines += ["New perf tests (only in this PR): " + ", ".join(code(n, in_table=False) for n in summary["new"]), ""]
     if summary["removed"]:
-        removed = ", ".join(f"`{n}`" for n in summary["removed"])
-        lines += [f"Removed perf tests (only in `{summary['ref']}`): {removed}", ""]
+        removed = ", ".join(code(n, in_table=False) for n in summary["removed"])
+        lines += [f"Removed perf tests (only in {ref}): {removed}", ""]
     cost = cost_line(summary)
     if cost:
         lines += [cost + ".", ""]
