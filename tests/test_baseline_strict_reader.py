@@ -172,6 +172,8 @@ BEFORE = {"value": 1.0, "better": "lower", "kind": "time", "samples": [1.0, 1.1,
         ({**BEFORE, "sm_clock_mhz": 1980}, {**BEFORE, "sm_clock_mhz": 1000}, ["sm_clock_mhz"]),
         ({**BEFORE, "sm_clock_mhz": 1980}, {**BEFORE, "sm_clock_mhz": 1985}, []),  # within the 3% the rule allows
         ({**BEFORE, "sm_clock_mhz": 1980}, BEFORE, []),  # removed: nothing is excused any more
+        ({**BEFORE, "mem_clock_mhz": 2619}, {**BEFORE, "mem_clock_mhz": 1593}, ["mem_clock_mhz"]),
+        ({**BEFORE, "mem_clock_mhz": 2619}, {**BEFORE, "mem_clock_mhz": 2620}, []),
         (BEFORE, {**BEFORE, "process_spread": float("inf")}, ["entry"]),  # refused by the reader
         (BEFORE, {**BEFORE, "better": "higher"}, ["better"]),
         (BEFORE, {**BEFORE, "value": 2.0}, ["value"]),

@@ -145,14 +145,19 @@ def larger(name: str, absent: float = 0.0) -> Loosens:
     return run
 
 
-def _clock_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """A clock added, or moved past the evidence rule's threshold: later runs read as "another machine state"."""
-    from pytest_gpuperf.judging.evidence import CLOCK_CHANGE
+def clock_moved(name: str, threshold: str) -> Loosens:
+    """A clock ``name`` added, or moved past the evidence rule's ``threshold`` (a constant of
+    :mod:`~pytest_gpuperf.judging.evidence`): later runs read as "another machine state", inconclusive."""
 
-    old, new = _number(before.get("sm_clock_mhz")), _number(after.get("sm_clock_mhz"))
-    if new is None:
-        return False  # removed: the machine check no longer excuses anything
-    return old is None or old <= 0 or abs(new / old - 1.0) > CLOCK_CHANGE
+    def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
+        from pytest_gpuperf.judging import evidence
+
+        old, new = _number(before.get(name)), _number(after.get(name))
+        if new is None:
+            return False  # removed: the machine check no longer excuses anything
+        return old is None or old <= 0 or abs(new / old - 1.0) > getattr(evidence, threshold)
+
+    return run
 
 
 def _worse(before: float, after: float, better: str) -> bool:
@@ -192,8 +197,14 @@ ENTRY_FIELDS: list[EntryField] = [
     EntryField(
         "sm_clock_mhz",
         bounded(positive_number, "sm_clock_mhz", 100_000),
-        _clock_loosens,
-        "evidence (another SM clock makes a verdict inconclusive)",
+        clock_moved("sm_clock_mhz", "CLOCK_CHANGE"),
+        "evidence (another SM clock makes a verdict inconclusive unless the cycles decide)",
+    ),
+    EntryField(
+        "mem_clock_mhz",
+        bounded(positive_number, "mem_clock_mhz", 100_000),
+        clock_moved("mem_clock_mhz", "MEM_CLOCK_CHANGE"),
+        "evidence (another memory clock makes a memory-bound step's verdict inconclusive)",
     ),
     EntryField(
         "process_spread",
@@ -208,6 +219,7 @@ ENTRY_FIELDS: list[EntryField] = [
         read_by="judging (the failure message)",
     ),
     EntryField("noise_bound", bounded(non_negative_number, "noise_bound", 100.0), read_by="reports"),
+    EntryField("eager_time", bounded(non_negative_number, "eager_time", 1e6), read_by="reports (host overhead)"),
 ]
 
 
