@@ -164,6 +164,9 @@ def run_pytest(
             "judged_on": (judged.get("extra") or {}).get("judged_on", "time"),
             "change": f"{judged['ratio'] - 1:+.1%}" if isinstance(judged.get("ratio"), (int, float)) else "?",
             "outcome": test.get("outcome", "?"),
+            "sm_clock_mhz": (judged.get("extra") or {}).get("sm_clock_mhz"),
+            "cycles_change": (judged.get("extra") or {}).get("cycles_change"),
+            "message": judged.get("message", ""),
         }
     return out
 
@@ -275,10 +278,11 @@ def main() -> None:
                     outcomes[(name, label)]["by_cycles"] += got["judged_on"] == "cycles"
                     outcomes[(name, label)]["memory_failed"] += got["memory"] == "regression"
                     rows.append({"workload": name, "work": label, "run": i, **got})
+                    if opts.out:  # as it goes: a run cut short by its time limit keeps what it measured
+                        with opts.out.open("a") as fh:
+                            fh.write(json.dumps(rows[-1]) + "\n")
                 shown = {n: f"{r['status']} {r['change']} ({r['judged_on']})" for n, r in result.items()}
                 print(f"  work {label} run {i + 1}/{runs}: {shown}", flush=True)
-        if opts.out:
-            opts.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print()
     print(
         f"{'workload':12} {'work':>6} {'runs':>5} {'failed':>7} {'inconcl.':>9} {'passed':>7} {'decisive':>9} "

@@ -2,9 +2,9 @@
 
 Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1410-1935 MHz
 were read across pytest processes on the H200 for one GEMM). When the processes' clocks spread by more than
-:data:`~pytest_gpuperf.judging.clock_rule.CLOCK_CHANGE`, a timing metric is judged on its step's cycles per
-step (device time x SM clock, each process's own) with the same rule and tolerance, unless the step is
-memory-bound (:mod:`pytest_gpuperf.judging.clock_rule`).
+:data:`~pytest_gpuperf.judging.clock_rule.CLOCK_CHANGE`, a timing metric is judged on its time and on its
+step's cycles per step (device time x SM clock, each process's own) with the same rule and tolerance, and
+:func:`~pytest_gpuperf.judging.clock_rule.bracket` combines them, unless the step is memory-bound.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
-from pytest_gpuperf.judging.clock_rule import CLOCK_CHANGE, follows_sm_clock
+from pytest_gpuperf.judging.clock_rule import AGREED, CLOCK_CHANGE, bracket, follows_sm_clock
 
 Metrics = list[dict[str, dict[str, Any]]]
 
@@ -38,7 +38,7 @@ def _bound(step: str, metrics: Metrics) -> Any:
 
 
 def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
-    """Re-judge each time/throughput verdict on its step's cycles where the processes' SM clocks differ."""
+    """Judge each time/throughput verdict on its time and its step's cycles where the processes' SM clocks differ."""
     for verdict in verdicts:
         if verdict.kind not in ("time", "throughput") or verdict.tolerance is None or verdict.status == "info":
             continue
@@ -56,14 +56,20 @@ def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: M
         if not a_side or not b_side or len(a_side) != len(verdict.a_values) or len(b_side) != len(verdict.b_values):
             continue
         pairs = pairs_of(cycles, a_metrics, b_metrics)
-        status, worse, uncertainty, paired, why = judge_numeric(
+        status, worse, _uncertainty, _paired, why = judge_numeric(
             a_side, b_side, pairs, "lower", verdict.tolerance, "cycles", final
         )
         spread = f"{min(clocks):.0f}-{max(clocks):.0f} MHz"
-        verdict.status, verdict.decided = status, status != "undecided"
-        verdict.worse, verdict.uncertainty = worse, uncertainty
-        verdict.pairs = paired if verdict.better == "lower" else [1.0 / p for p in paired if p > 0]
+        time_status = verdict.status
+        if "undecided" in (time_status, status):
+            combined: str | None = "undecided"
+        elif "inconclusive" in (time_status, status):
+            combined = "inconclusive"
+        else:
+            combined = bracket(time_status, status) or ("inconclusive" if final else "undecided")
+        what = AGREED.get(combined, "they straddle the tolerance" if combined != "undecided" else "undecided yet")
+        verdict.status, verdict.decided = combined, combined != "undecided"
         verdict.message = (
-            f"judged on cycles per step (device time x SM clock; the processes ran at {spread}): "
-            f"B/A {worse - 1.0:+.1%}, {why}"
+            f"the processes ran at {spread}: time B/A {(verdict.worse or 1.0) - 1.0:+.1%} ({time_status}), "
+            f"cycles per step (device time x SM clock) B/A {worse - 1.0:+.1%} ({status}): {what}; {why}"
         )

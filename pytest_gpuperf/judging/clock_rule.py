@@ -2,13 +2,14 @@
 
 A power-capped GPU (the H200 at 700 W under a large GEMM) runs at an SM clock that depends on its
 temperature and on how long it idled before: 1410-1935 MHz were read across pytest processes for the
-same step. A compute-bound step's time follows that clock; its *cycles per step* (device time x SM clock,
-read by NVML right before and after every timed sample) do not: 0.3-0.9% between processes where times
-spread 4%. So when the run's SM clock differs from the baseline's by more than :data:`CLOCK_CHANGE`,
-the timing verdict is decided by the step's cycles against the baseline's cycles, at the same tolerance,
-and the report shows both. A memory-bound step follows the memory clock instead (fixed on the H200:
-3201 MHz in every reading): its time is judged as it is, and a changed memory clock is the machine
-rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
+same step. A compute-bound step's time follows that clock, its *cycles per step* (device time x SM clock,
+read by NVML right before and after every timed sample) much less. But a step's time follows the clock
+only partly (``t ~ f**-a``, ``0 <= a <= 1``): a bf16 GEMM of 4096 x 4096 x 4096 on the H200 read cycles up to
++6% off on unchanged code at another clock. So when the run's SM clock differs from the baseline's by more
+than :data:`CLOCK_CHANGE`, time and cycles are both judged at the same tolerance and :func:`bracket` combines
+them: the change of the work lies between the two. A memory-bound step follows the memory clock instead (fixed
+on the H200: 3201 MHz in every reading): its time is judged as it is, and a changed memory clock is the
+machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
 
 Nothing is rescaled: both numbers are measured, each from the same samples.
 """
@@ -54,6 +55,21 @@ def follows_sm_clock(bound: Any) -> bool:
     return bound not in NOT_SM_CLOCKED
 
 
+def bracket(time_status: str, cycles_status: str) -> str | None:
+    """The verdict on the step's work from its time's and its cycles' verdicts; None when they disagree on a fail.
+
+    A step's time follows the SM clock partly (``t ~ f**-a`` with ``0 <= a <= 1``: fully for pure arithmetic, not at
+    all for DRAM traffic), so its change of work lies between the change of its time and the change of its cycles.
+    Both past the tolerance: a regression; neither: it passes (an improvement when both say so); one only: the
+    evidence straddles the tolerance.
+    """
+    if time_status == cycles_status:
+        return time_status
+    if "regression" in (time_status, cycles_status):
+        return None
+    return "unchanged"
+
+
 def on_cycles(
     verdict: Verdict,
     entry: dict[str, Any] | None,
@@ -61,10 +77,11 @@ def on_cycles(
     cycles_entry: dict[str, Any] | None,
     where: str,
 ) -> Verdict | None:
-    """The timing ``verdict`` decided by cycles per step when the SM clock moved, or None (time decides).
+    """The timing ``verdict`` judged on time *and* cycles per step when the SM clock moved, or None (time decides).
 
     None when the clock did not move, the step is memory-bound, or either side has no cycles (an old
-    baseline, no NVML): the machine rule then says what the evidence allows.
+    baseline, no NVML): the machine rule then says what the evidence allows. Otherwise :func:`bracket` decides,
+    and a straddle is inconclusive (doubt ``machine``: another run on this GPU state cannot clear it).
     """
     from pytest_gpuperf.judging.compare import judge
 
@@ -73,24 +90,35 @@ def on_cycles(
         return None
     if cycles is None or not isinstance(cycles_entry, dict) or not clock_changed(metric, entry):
         return None
-    if not follows_sm_clock(metric.extra.get("bound")):
-        return None
+    if not follows_sm_clock(metric.extra.get("bound")) or metric.extra.get("throttled"):
+        return None  # memory-bound: time decides; throttled: the machine rule says so
     judged = replace(cycles, judged=True, kind=KIND_CYCLES)
     by_cycles = judge(judged, cycles_entry, verdict.tolerance or 0.0, where)
     if by_cycles.status not in JUDGED or by_cycles.ratio is None:
         return None
     run_mhz, base_mhz = clocks(metric, entry) or (0.0, 0.0)
-    ratio, ci = by_cycles.ratio, by_cycles.ci
-    if metric.kind == KIND_THROUGHPUT:  # items per cycle: the inverse of cycles per step
-        ratio = 1.0 / ratio
-        ci = (1.0 / ci[1], 1.0 / ci[0]) if ci else None
     time_change = format_change(verdict.ratio) if isinstance(verdict.ratio, (int, float)) else "?"
-    interval = f", 95% CI {format_change(by_cycles.ci[0])}..{format_change(by_cycles.ci[1])}" if by_cycles.ci else ""
-    message = (
-        f"{metric.label()} {time_change} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); judged on "
-        f"cycles per step (device time x SM clock): {format_change(by_cycles.ratio)}{interval}, "
-        f"tolerance {verdict.tolerance or 0:.0%} on {where}"
+    interval = f" (95% CI {format_change(by_cycles.ci[0])}..{format_change(by_cycles.ci[1])})" if by_cycles.ci else ""
+    evidence = (
+        f"{metric.label()} {time_change} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz), cycles per step "
+        f"(device time x SM clock) {format_change(by_cycles.ratio)}{interval}, tolerance {verdict.tolerance or 0:.0%}"
     )
-    metric.extra["judged_on"] = "cycles"
+    metric.extra["judged_on"] = "time+cycles"
     metric.extra["cycles_change"] = by_cycles.ratio
-    return replace(verdict, status=by_cycles.status, ratio=ratio, ci=ci, message=message)
+    status = bracket(verdict.status, by_cycles.status)
+    if status is None:
+        return replace(
+            verdict,
+            status="inconclusive",
+            suspected=verdict.status if verdict.status == "regression" else by_cycles.status,
+            doubt="machine",
+            message=(
+                f"{evidence} on {where}: inconclusive, the SM clock moved and the work changed by between the two, "
+                "which straddles the tolerance; lock the GPU's clocks on this runner or compare with --gpuperf-ab"
+            ),
+        )
+    return replace(verdict, status=status, message=f"{evidence}: {AGREED[status]} on {where}")
+
+
+#: What time and cycles said together, by the status :func:`bracket` gave.
+AGREED = {"regression": "both past it", "improvement": "both better beyond it", "unchanged": "neither past it"}
