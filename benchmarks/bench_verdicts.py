@@ -246,7 +246,8 @@ def main() -> None:
         parser.error(f"unknown workload(s) {unknown} for --device {opts.device}; choose from {known}")
     unchanged = opts.unchanged if opts.unchanged is not None else (10 if cuda else 20)
     slowed = opts.slowed if opts.slowed is not None else (6 if cuda else 10)
-    scales = [float(s) for s in opts.scales.split(",") if s] if opts.scales else ([1.10, 1.05] if cuda else [1.5])
+    default_scales = [1.10, 1.05] if cuda else [1.5]
+    scales = [float(s) for s in opts.scales.split(",") if s] if opts.scales is not None else default_scales
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-verdicts-") as tmp:
         project = Path(tmp)
