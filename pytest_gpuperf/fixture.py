@@ -51,18 +51,30 @@ class Measurement:
         return self.metrics[key] if key in self.metrics else self.metrics[f"{self.name}.{key}"]
 
 
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (a 400-digit count)
+        return False
+
+
 def check_measure_args(
     node_id: str, name: str, items: float | None, flops: float | None, bytes_moved: float | None
 ) -> None:
     """Refuse arguments that would switch a gate off or make no sense, naming the test and the argument."""
+    from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, name_problem
+
     if not isinstance(name, str) or not name or name.strip() != name:
         raise ValueError(f"{node_id}: gpuperf.measure(name={name!r}): expected a non-empty name without spaces around")
+    problem = name_problem(name, "name", MAX_METRIC_NAME - 40)  # room for '.peak_memory' and the like
+    if problem:
+        raise ValueError(f"{node_id}: gpuperf.measure(): {problem}")
     for key, value in (("items", items), ("flops", flops), ("bytes_moved", bytes_moved)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
             raise ValueError(
-                f"{node_id}: gpuperf.measure({key}={value!r}): expected a finite number > 0 per step "
+                f"{node_id}: gpuperf.measure({key}={value!r:.40}): expected a finite number > 0 per step "
                 f"(or leave it out); {key}=0 would turn its metric into a division by zero"
             )
 
@@ -88,6 +100,8 @@ class GpuPerf:
         self.confirmed_elsewhere = confirmed_elsewhere
         self.measurements: list[Measurement] = []
         self.metrics: list[Metric] = []
+        #: Names taken by ``record()`` in this test (measured names are those of ``metrics`` from ``measure()``).
+        self.recorded_names: set[str] = set()
 
     @property
     def node_id(self) -> str:
@@ -164,6 +178,11 @@ class GpuPerf:
         measured once per test.
         """
         check_measure_args(self.node_id, name, items, flops, bytes_moved)
+        from pytest_gpuperf.baselines.fields import MAX_WORD, name_problem
+
+        problem = name_problem(unit, "unit", MAX_WORD)
+        if problem:
+            raise ValueError(f"{self.node_id}: gpuperf.measure(name={name!r}): {problem}")
         if any(m.name == name for m in self.measurements):
             raise ValueError(
                 f"{self.node_id}: gpuperf.measure(name={name!r}) was already called in this test; "
@@ -189,6 +208,7 @@ class GpuPerf:
             peak = self.backend.measure_peak_memory(step)
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
+        self._check_names_free(name, metrics)
         if peak is not None:
             note = {"note": self.backend.memory_note()}
             metrics.append(Metric(f"{name}.peak_memory", peak, "B", "lower", KIND_MEMORY, extra=note))
@@ -203,6 +223,15 @@ class GpuPerf:
         self.measurements.append(measurement)
         self.metrics.extend(metrics)
         return measurement
+
+    def _check_names_free(self, name: str, metrics: list[Metric]) -> None:
+        """Refuse a measured metric whose name an earlier ``record()`` of this test took (one name, one metric)."""
+        taken = {m.name for m in self.metrics} & {m.name for m in metrics}
+        if taken:
+            raise ValueError(
+                f"{self.node_id}: gpuperf.measure(name={name!r}) produces {', '.join(sorted(map(repr, taken)))}, "
+                "which an earlier gpuperf.record() in this test already used; rename one of them"
+            )
 
     def _counted(
         self, step: Callable[[], object], name: str, timing: TimingResult, metrics: list[Metric], hints: dict[str, Any]
@@ -300,24 +329,42 @@ class GpuPerf:
         if exact:
             metric.tolerance = 0.0
         self.metrics.append(metric)
+        self.recorded_names.add(name)
         if self.judging is not None:
             self.judging.store(self.context, self.judging.judge(self.context, [metric]))
         return metric
 
     def _checked_record(self, name: object, value: object, unit: object, better: object) -> tuple[float | str, str]:
         """``record()``'s arguments checked: the value as a plain number or word, and the metric's kind."""
+        from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, MAX_WORD, name_problem
         from pytest_gpuperf.validate import finite_number, non_negative_number
 
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"{self.node_id}: gpuperf.record(): name must be a non-empty string, got {name!r}")
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(f"{self.node_id}: gpuperf.record(): {problem}")
         what = f"{self.node_id}: gpuperf.record({name!r})"
+        taken = next((m for m in self.metrics if m.name == name), None)
+        if taken is not None:
+            source = "an earlier gpuperf.record()" if name in self.recorded_names else "gpuperf.measure()"
+            raise ValueError(
+                f"{what}: this test already has a metric {name!r} (from {source}); one name is one metric, "
+                "give this one its own name"
+            )
         if better not in ("lower", "higher", "equal"):
             raise ValueError(f"{what}: better must be 'lower', 'higher' or 'equal', got {better!r}")
         if not isinstance(unit, str):
             raise TypeError(f"{what}: unit must be a string, got {unit!r}")
+        problem = name_problem(unit, "unit", MAX_WORD) if unit else None
+        if problem:
+            raise ValueError(f"{what}: {problem}")
         if isinstance(value, str):
             if not value.strip():
                 raise ValueError(f"{what}: a category value must be a non-empty word, got {value!r}")
+            problem = name_problem(value, "a category value", MAX_METRIC_NAME)
+            if problem:
+                raise ValueError(f"{what}: {problem}")
             return value, "category"
         if unit == "B":
             return non_negative_number(value, f"{what}: value"), KIND_MEMORY

@@ -27,8 +27,8 @@ def _scalar(value: Any, what: str) -> int | float:
         try:
             float(value)
         except OverflowError:
-            digits = int(abs(int(value)).bit_length() * 0.30103) + 1
-            raise NumberError(f"{what} must be a finite number, got an integer of about {digits} digits") from None
+            digits = integer_digits(int(value))
+            raise NumberError(f"{what} must be a finite number, got an integer of {digits} digits") from None
         return int(value)
     if isinstance(value, float):
         return float(value)
@@ -43,6 +43,13 @@ def _scalar(value: Any, what: str) -> int | float:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
         raise NumberError(f"{what} must be a number, got {type(value).__name__} {value!r}") from None
+
+
+def integer_digits(value: int) -> int:
+    """How many decimal digits ``value`` has (without ``str()``, which refuses more than 4,300)."""
+    magnitude = abs(value)
+    digits = max(1, int(magnitude.bit_length() * 0.30102999566398))
+    return digits + 1 if magnitude >= 10**digits else digits
 
 
 def finite_number(value: Any, what: str) -> int | float:
