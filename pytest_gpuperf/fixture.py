@@ -208,6 +208,7 @@ class GpuPerf:
             peak = self.backend.measure_peak_memory(step)
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
+        metrics += host_sync_metrics(name, self.backend.count_host_syncs(step))
         self._check_names_free(name, metrics)
         if peak is not None:
             note = {"note": self.backend.memory_note()}
@@ -413,6 +414,20 @@ def _clock_metrics(name: str, timing: TimingResult, extra: dict[str, Any]) -> li
             )
         )
     return out
+
+
+def host_sync_metrics(name: str, syncs: int | None) -> list[Metric]:
+    """``<name>.host_syncs``: host-device synchronizations per step, compared exactly (a new one fails)."""
+    if syncs is None:
+        return []
+    extra = {
+        "note": "synchronizing CUDA operations in one step",
+        "regression_hint": (
+            "a new host-device synchronization per step, host overhead the device cannot hide "
+            "(torch.cuda.set_sync_debug_mode('warn') names each one)"
+        ),
+    }
+    return [Metric(f"{name}.host_syncs", syncs, "", "lower", KIND_CUSTOM, tolerance=0.0, extra=extra)]
 
 
 def _is_integer(value: object) -> bool:

@@ -182,3 +182,15 @@ def test_a_device_bound_steps_tiny_host_overhead_never_fails_on_its_noise(tmp_pa
     base = {"step.host_overhead": _host_entry(2e-6, 4)}
     [verdict] = _judge(tmp_path, [_host(6e-6, 5, 806e-6)], base)
     assert verdict.status == "unchanged" and "within" in verdict.message
+
+
+def test_a_new_host_sync_per_step_fails_exactly_on_the_sync_count(tmp_path: Path) -> None:
+    from pytest_gpuperf.fixture import host_sync_metrics
+
+    assert host_sync_metrics("step", None) == []  # a backend that cannot count adds nothing
+    base = {"step.host_syncs": {"value": 0, "unit": "", "better": "lower", "kind": "custom"}}
+    [verdict] = _judge(tmp_path, host_sync_metrics("step", 1), base)
+    assert verdict.status == "regression" and verdict.tolerance == 0.0
+    assert "host syncs 1 > baseline 0 (from 0" in verdict.message and "host overhead" in verdict.message
+    [same] = _judge(tmp_path, host_sync_metrics("step", 0), base)
+    assert same.status == "unchanged"

@@ -60,6 +60,10 @@ class Backend(abc.ABC):
     def measure_peak_memory(self, step: Callable[[], object]) -> int:
         """Run ``step`` once and return its peak device memory in bytes."""
 
+    def count_host_syncs(self, step: Callable[[], object]) -> int | None:
+        """Run ``step`` once and count the host-device synchronizations it made; None where the backend cannot tell."""
+        return None
+
     def is_host_cpu(self) -> bool:
         """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).
 

@@ -68,7 +68,8 @@ def _describe(metric: Metric, baseline_value: Any, ratio: float, tolerance: floa
     sign = "=" if ratio == 1.0 else (">" if ratio > 1.0 else "<")
     measured = format_value(metric.value, metric.unit)
     base = format_value(baseline_value, metric.unit)
-    detail = f"{format_change(ratio)}{extra}, tolerance {tolerance:.0%}"
+    change = "from 0" if ratio == float("inf") else format_change(ratio)
+    detail = f"{change}{extra}, tolerance {tolerance:.0%}"
     return f"{metric.label()} {measured} {sign} baseline {base} ({detail}) on {where}"
 
 
@@ -105,14 +106,11 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
         status = "improvement"
     if metric.kind == KIND_MEMORY and abs(float(metric.value) - float(base_value)) <= MEMORY_SLACK_BYTES:
         status = "unchanged"
-    return Verdict(
-        metric,
-        status,
-        baseline=base_value,
-        ratio=ratio,
-        tolerance=tolerance,
-        message=_describe(metric, base_value, ratio, tolerance, where),
-    )
+    message = _describe(metric, base_value, ratio, tolerance, where)
+    hint = metric.extra.get("regression_hint")
+    if status == "regression" and isinstance(hint, str):
+        message = f"{message}: {hint}"
+    return Verdict(metric, status, baseline=base_value, ratio=ratio, tolerance=tolerance, message=message)
 
 
 def _status(ratio: float, low: float, high: float, better: str, tolerance: float) -> str:
