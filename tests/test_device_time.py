@@ -129,6 +129,7 @@ def test_without_graph_or_cupti_the_eager_events_are_judged_and_the_note_says_so
     )
     assert result.method == "events" and result.eager_samples == [] and result.host_overhead is None
     assert result.typical == pytest.approx(400e-6)
+    assert result.sample_clocks == [1980.0] * len(result.samples)  # every eager sample has its clock: cycles
     assert "sync in step" in result.method_note and "no CUPTI" in result.method_note
     assert "host time included" in result.method_note
 

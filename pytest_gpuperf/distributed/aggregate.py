@@ -43,8 +43,10 @@ def world_metrics(per_rank: dict[int, list[Metric]], imbalance_tolerance: float 
         }
         slow_rank = max(times, key=lambda r: float(times[r].value))
         fast_rank = min(times, key=lambda r: float(times[r].value))
-        for metric in per_rank[slow_rank]:
-            if metric.name in (f"{step}.time", f"{step}.throughput"):
+        for metric in per_rank[slow_rank]:  # with its cycles, host overhead and syncs (the clock rule reads them)
+            if metric.name in (
+                f"{step}.{last}" for last in ("time", "throughput", "cycles", "host_overhead", "host_syncs")
+            ):
                 out.append(replace(metric, extra={**metric.extra, "rank": slow_rank}))
         slow, fast = float(times[slow_rank].value), float(times[fast_rank].value)
         out.append(

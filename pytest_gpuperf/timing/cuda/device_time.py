@@ -173,7 +173,10 @@ def _fallback_samples(
     profile = config.cupti and not counted(config)
     eager_part = TimingResult(samples=[])
     eager_deadline = now() + max(0.0, deadline - now()) / 2 if profile else deadline
-    sample_loop(eager, eager_part, config, None if profile else stop_rule, eager_deadline, floor, now=now)
+    # Each eager sample gets its SM clock too: judged when neither a graph nor CUPTI times the step (a distributed
+    # step with collectives, in lockstep), replaced by the profiler session's clock when CUPTI does.
+    timed_eager = watch.timed(eager)
+    sample_loop(timed_eager, eager_part, config, None if profile else stop_rule, eager_deadline, floor, now=now)
     sums: list[float] = []
     if profile:
         per_step = median(eager_part.samples)
