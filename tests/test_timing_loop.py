@@ -279,3 +279,15 @@ def test_cpu_backend_calls_outside_the_loop_use_the_session_threads_but_never_ov
     finally:
         cpu_threads.configure(before)
         torch.set_num_threads(threads)
+
+
+def test_one_stop_criterion_says_why_a_profiler_sessions_fixed_samples_stopped() -> None:
+    from pytest_gpuperf.timing.stop_criterion import StopCriterion
+
+    config = MeasureConfig(min_samples=30, max_samples=200, target_precision=1e-9)
+    criterion = StopCriterion(config, None, deadline=10.0, floor=3, now=lambda: 0.0)
+    few = TimingResult(samples=[1.0, 1.1, 1.2])
+    assert not criterion.is_finished(few) and few.stop == ""  # below min_samples, before the deadline: go on
+    assert criterion.is_finished(few, final=True) and few.stop == "budget" and few.budget_exhausted
+    exact = TimingResult(samples=[1.0] * 30)
+    assert criterion.is_finished(exact) and exact.stop == "precise" and not exact.budget_exhausted

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision
+from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile
 from pytest_gpuperf.timing.contention import WAIT_SHARE_LIMIT
 from pytest_gpuperf.timing.warmup import SETTLE_TOLERANCE
 
@@ -209,26 +209,15 @@ def sample_loop(
     guard: ContentionGuard | None = None,
     now: Callable[[], float] = time.perf_counter,
 ) -> None:
-    """Append samples from ``take`` to ``result.samples`` until a stop reason (module doc); sets ``stop``."""
+    """Append samples from ``take`` to ``result.samples`` until the stop criterion is met; sets ``stop``."""
+    from pytest_gpuperf.timing.stop_criterion import StopCriterion
+
+    criterion = StopCriterion(config, stop_rule, deadline, floor, now)
     while True:
         if guard is not None:
             value = guard.take(take, may_retake=lambda: now() < deadline)
         else:
             value = take()
         result.samples.append(value)
-        n = len(result.samples)
-        if n >= config.min_samples:
-            result.precision = quantile_precision(result.samples)
-            if stop_rule is not None and stop_rule.decided(result):
-                result.stop = "decided"
-            elif stop_rule is None and result.precision <= config.target_precision:
-                result.stop = "precise"
-            elif n >= config.max_samples:
-                result.stop = "max_samples"
-            if result.stop:
-                return
-        if now() >= deadline and n >= floor:
-            result.stop = "budget"
-            result.precision = quantile_precision(result.samples)
-            result.budget_exhausted = True  # undecided (or imprecise) when the time ran out
+        if criterion.is_finished(result):
             return

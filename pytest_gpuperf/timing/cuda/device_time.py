@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.stats import median, quantile_precision
+from pytest_gpuperf.stats import median
 from pytest_gpuperf.timing.sampling import TimingResult, counted, sample_loop
+from pytest_gpuperf.timing.stop_criterion import StopCriterion
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -194,13 +195,7 @@ def _fallback_samples(
         result.method, result.iters_per_sample = "cupti", 1
         result.samples = sums
         result.eager_samples = list(eager_part.samples)
-        result.precision = quantile_precision(sums)
-        if stop_rule is not None and stop_rule.decided(result):
-            result.stop = "decided"
-        elif stop_rule is None and result.precision <= config.target_precision:
-            result.stop = "precise"
-        else:
-            result.stop, result.budget_exhausted = "budget", True
+        StopCriterion(config, stop_rule, deadline, floor, now).is_finished(result, final=True)
     else:
         notes.append("timed eager calls between CUDA events (host time included)")
         result.method = "events"
