@@ -68,6 +68,7 @@ def lockstep_config(config: MeasureConfig, seconds_per_call: float) -> MeasureCo
     return replace(
         config,
         warmup_time=0.0,
+        lockstep=True,  # every decision a count (timing.sampling.counted); no time budget either:
         max_time=math.inf,
         max_samples=max(config.min_samples, min(config.max_samples, samples)),
         cpu_clock="wall",

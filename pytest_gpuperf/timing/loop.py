@@ -28,7 +28,7 @@ How the judged samples are timed (``TimingResult.method``):
   (events around eager calls) is kept beside it (``eager_samples``, ``host_overhead``, ``host_bound``);
 * ``l2_flush``: with ``l2_flush``, each call follows a write of a buffer larger than the cache, timed alone.
 
-With an infinite ``max_time`` (the distributed lockstep loop, where every rank must make the same calls) the
+With ``lockstep`` (the distributed lockstep loop, where every rank must make the same calls) the
 warm-up is exactly ``min_warmup_calls`` calls, no sample is retaken and no profiler is started.
 
 The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``).
@@ -36,6 +36,7 @@ The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``Tim
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -92,7 +93,7 @@ def new_guard(config: MeasureConfig) -> ContentionGuard:
 
 
 def _warm(backend: Backend, step: Callable[[], object], config: MeasureConfig, timer: TimeBlock) -> WarmupResult:
-    budget = max(config.warmup_time, config.warmup_share * config.max_time)
+    budget = math.inf if counted(config) else max(config.warmup_time, config.warmup_share * config.max_time)
     return warm_up(
         lambda: timer(step, 1),
         min_time=config.warmup_time,
@@ -155,7 +156,7 @@ def _measure(
             )
     iters = iters_for(per_call, warm.wall_per_call, config.min_sample_time)
     result.iters_per_sample = iters
-    deadline = started + config.max_time
+    deadline = math.inf if counted(config) else started + config.max_time
     floor = sample_floor(config, max(per_call, warm.wall_per_call) * iters)
     if floor == 1:
         note = f"one call ({warm.wall_per_call:.3g} s) is over a third of the {config.max_time:g} s budget"

@@ -7,7 +7,6 @@ through :func:`sample_loop`; see :mod:`pytest_gpuperf.timing.loop` for the phase
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +47,9 @@ class MeasureConfig:
     min_samples: int = 30
     max_samples: int = 200
     max_time: float = 2.0
+    #: Every decision is a count all ranks share (the distributed lockstep loop): no clock-based stop, no retake,
+    #: a fixed warm-up of ``min_warmup_calls``, no profiler; ``max_samples`` is the sample count.
+    lockstep: bool = False
     target_precision: float = 0.01
     l2_flush: bool = False
     #: CUDA graph of the whole step: auto/on (capture, fall back when it fails), off (never).
@@ -188,8 +190,8 @@ class StopCheck(Protocol):
 
 
 def counted(config: MeasureConfig) -> bool:
-    """True when every decision must be a count (infinite ``max_time``: the distributed lockstep loop)."""
-    return not math.isfinite(config.max_time)
+    """True when every decision must be a count (``lockstep``: the distributed lockstep loop)."""
+    return config.lockstep
 
 
 def sample_floor(config: MeasureConfig, seconds_per_sample: float) -> int:
