@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_gpuperf.stats import median
 
@@ -118,6 +120,14 @@ class ContentionGuard:
                 continue
             self.shares.append(share)
             return value
+
+    @contextmanager
+    def recording(self, record: Any) -> Iterator[ContentionGuard]:
+        """Guard a measurement and write its :meth:`summary` into ``record.contention`` when it ends."""
+        try:
+            yield self
+        finally:
+            record.contention = self.summary()
 
     def summary(self) -> dict[str, object]:
         """What the guard saw: retakes, contended samples kept, wait shares, CPU pressure, the overall flag."""

@@ -161,23 +161,30 @@ def _measure(
     if floor == 1:
         note = f"one call ({warm.wall_per_call:.3g} s) is over a third of the {config.max_time:g} s budget"
         result.method_note = "; ".join(filter(None, [result.method_note, note]))
-    guard = new_guard(config)
-    if config.l2_flush and backend.runs_torch:
-        from pytest_gpuperf.timing.l2_flush import L2Flusher, time_flushed
+    with new_guard(config).recording(result) as guard:
+        if config.l2_flush and backend.runs_torch:
+            from pytest_gpuperf.timing.l2_flush import L2Flusher, time_flushed
 
-        flusher = L2Flusher(backend.device())
-        flusher()
-        flush_seconds = backend.time_block(flusher, 1)  # each flushed call costs its flush too: size samples by both
-        iters = iters_for(per_call + flush_seconds, warm.wall_per_call + flush_seconds, config.min_sample_time)
-        result.method, result.iters_per_sample = "l2_flush", iters
-        sample_loop(
-            lambda: time_flushed(timer, step, iters, flusher) / iters, result, config, stop_rule, deadline, floor, guard
-        )
-    elif backend.name == "cuda":
-        from pytest_gpuperf.timing.cuda.device_time import measure_device_time
+            flusher = L2Flusher(backend.device())
+            flusher()
+            flush_seconds = backend.time_block(
+                flusher, 1
+            )  # each flushed call costs its flush too: size samples by both
+            iters = iters_for(per_call + flush_seconds, warm.wall_per_call + flush_seconds, config.min_sample_time)
+            result.method, result.iters_per_sample = "l2_flush", iters
+            sample_loop(
+                lambda: time_flushed(timer, step, iters, flusher) / iters,
+                result,
+                config,
+                stop_rule,
+                deadline,
+                floor,
+                guard,
+            )
+        elif backend.name == "cuda":
+            from pytest_gpuperf.timing.cuda.device_time import measure_device_time
 
-        measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
-    else:
-        sample_loop(lambda: timer(step, iters) / iters, result, config, stop_rule, deadline, floor, guard)
-    result.contention = guard.summary()
+            measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
+        else:
+            sample_loop(lambda: timer(step, iters) / iters, result, config, stop_rule, deadline, floor, guard)
     return result

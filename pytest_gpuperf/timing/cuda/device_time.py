@@ -82,7 +82,27 @@ def measure_device_time(
 ) -> None:
     """Fill ``result`` with device-time samples of ``step`` (module doc); graph, profiler and NVML injectable."""
     watch = watch if watch is not None else _default_watch()
-    watch.read()
+    with watch.recording(result):
+        _sample(
+            backend, step, config, result, stop_rule, deadline, floor, guard, warm, capture, kernel_sums, watch, now
+        )
+
+
+def _sample(
+    backend: Backend,
+    step: Callable[[], object],
+    config: MeasureConfig,
+    result: TimingResult,
+    stop_rule: StopCheck | None,
+    deadline: float,
+    floor: int,
+    guard: ContentionGuard,
+    warm: WarmupResult,
+    capture: Capture,
+    kernel_sums: KernelSums,
+    watch: ClockWatch,
+    now: Callable[[], float],
+) -> None:
     iters = result.iters_per_sample
     per_call = max(warm.per_call, warm.wall_per_call)
     taken = [0]
@@ -104,10 +124,6 @@ def measure_device_time(
         _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now, watch)
     else:
         _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now, watch)
-    watch.read()
-    result.clocks = watch.summary()
-    if len(watch.sample_clocks) == len(result.samples):
-        result.sample_clocks = list(watch.sample_clocks)
 
 
 def _graph_samples(

@@ -11,7 +11,8 @@ directly; where it is missing every reading degrades to an ``nvml_error`` note.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,22 @@ class ClockWatch:
             return None
         self.readings.append(reading)
         return reading
+
+    @contextmanager
+    def recording(self, record: Any) -> Iterator[ClockWatch]:
+        """Read at the start and the end of a measurement and write what was seen into ``record``.
+
+        ``record`` (a :class:`~pytest_gpuperf.timing.sampling.TimingResult`) gets ``clocks`` (:meth:`summary`) and,
+        when every judged sample has one, ``sample_clocks``: the instrument writes its own facts.
+        """
+        self.read()
+        try:
+            yield self
+        finally:
+            self.read()
+            record.clocks = self.summary()
+            if len(self.sample_clocks) == len(record.samples):
+                record.sample_clocks = list(self.sample_clocks)
 
     def timed(self, take: Callable[[], float]) -> Callable[[], float]:
         """``take`` with a reading right before and after each call; their mean SM clock is the sample's."""
