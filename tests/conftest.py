@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+
 import pytest
+
+from tests.inner_runs import ForkServer, forked_runpytest
 
 #: Fast measuring settings for end-to-end runs on a small, shared CPU.
 FAST = [
@@ -17,6 +22,46 @@ FAST = [
     "-p",
     "no:randomly",
 ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--inner-runs``: how ``pytester.runpytest`` starts the suite's inner pytest runs."""
+    parser.addoption(
+        "--inner-runs",
+        choices=("fork", "subprocess"),
+        default="fork",
+        help="fork: forked from one server process that imported torch once (default); "
+        "subprocess: a fresh python per inner run (pytester's --runpytest=subprocess)",
+    )
+
+
+@pytest.fixture(scope="session")
+def inner_run_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ForkServer]:
+    """The fork server of this outer pytest process (each xdist worker has its own).
+
+    Started here, before any test's monkeypatching, so that it imports torch in the outer run's environment.
+    """
+    server = ForkServer(tmp_path_factory.getbasetemp())
+    if request.config.getoption("--inner-runs") == "fork":
+        server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pytester(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest, inner_run_server: ForkServer
+) -> pytest.Pytester:
+    """pytester whose ``runpytest`` forks the inner run from :func:`inner_run_server` (see ``tests/inner_runs.py``).
+
+    Under ``--inner-runs subprocess`` or for a test marked ``fresh_process``, inner runs are new processes.
+    """
+    fork = request.config.getoption("--inner-runs") == "fork" and not request.node.get_closest_marker("fresh_process")
+    if fork:
+        pytester.runpytest = functools.partial(forked_runpytest, pytester, inner_run_server)  # type: ignore[method-assign]
+    return pytester
 
 
 @pytest.fixture(autouse=True)

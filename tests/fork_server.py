@@ -1,0 +1,142 @@
+"""A fork server for the suite's inner pytest runs: torch and pytest are imported once, each run is a forked child.
+
+Most of the suite's time used to go to ~170 inner ``python -m pytest`` processes that each import torch. This
+script, started once per outer pytest process (:mod:`tests.inner_runs` starts it), imports the heavy modules
+and then serves requests on a socket: for each one it forks a child, which becomes what a fresh
+``python -m pytest ARGS`` started in the request's directory with the request's environment would be (working
+directory, ``os.environ``, ``sys.path`` with ``PYTHONPATH``, ``sys.argv``, ``__main__``, stdio redirected to
+files), runs ``pytest.main(ARGS)`` and exits through the interpreter's normal shutdown (``sys.exit``: atexit
+handlers, non-daemon threads joined, streams flushed).
+
+The server itself runs no torch operation, so no intra-op or OpenMP thread pool exists when it forks.
+
+Protocol (one JSON object per line): request ``{"args", "cwd", "env", "stdout", "stderr"}``; answers
+``{"pid": N}`` once the child exists, then ``{"returncode": R}`` with R as :class:`subprocess.Popen` reports it
+(negative: killed by that signal). End of input ends the server.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import types
+from typing import Any
+
+#: Imported once in the server, before any fork. Pure imports: none of them runs a torch operation.
+PRELOAD = ("torch", "torch.utils.flop_counter", "numpy", "yaml", "pytest")
+
+
+def preload(scratch: str) -> None:
+    """Import :data:`PRELOAD`, then the entry-point plugins (pytest_gpuperf, xdist, pytest_benchmark, ...).
+
+    The plugins are imported by parsing (never configuring) a pytest command line: pytest imports them through
+    its assertion-rewriting hook, as it would in the child, so the child's pytest neither rewrites them again
+    nor warns that a plugin module was imported before it started. A module that fails to import is left to
+    the child.
+    """
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    from _pytest.config import _prepareconfig
+
+    try:
+        config = _prepareconfig(["-p", "no:cacheprovider", "--noconftest", "-s", "--co", scratch])
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin is the child's to report
+        sys.stderr.write(f"fork_server: plugins not preloaded: {exc!r}\n")
+        return
+    config._ensure_unconfigure()
+
+
+def threads_now() -> int:
+    """The OS threads of this process (``threading`` does not see threads started by C libraries)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def send(conn: socket.socket, message: dict[str, Any]) -> None:
+    """Write one protocol line."""
+    conn.sendall((json.dumps(message) + "\n").encode())
+
+
+def returncode(status: int) -> int:
+    """A ``waitpid`` status as ``Popen.returncode``: the exit code, or minus the signal that killed the child."""
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve(conn: socket.socket, base_path: list[str]) -> dict[str, Any] | None:
+    """Answer requests until end of input (returns None); in a forked child, return that child's request."""
+    reader = conn.makefile("rb")
+    for line in reader:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            reader.close()
+            conn.close()
+            return request
+        send(conn, {"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        send(conn, {"returncode": returncode(status)})
+    return None
+
+
+def become_fresh_pytest(request: dict[str, Any], base_path: list[str]) -> list[str]:
+    """In the child: the process state of ``python -m pytest ARGS`` started in the request's cwd and env."""
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], None), (2, request["stderr"], None)):
+        mode = flags if flags is not None else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        opened = os.open(path, mode, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [os.getcwd(), *[os.path.abspath(p) for p in python_path], *base_path]
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    import pytest.__main__ as pytest_main_module
+
+    main = types.ModuleType("__main__")
+    main.__file__ = pytest_main_module.__file__
+    main.__spec__ = pytest_main_module.__spec__
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    args = list(request["args"])
+    sys.argv = [pytest_main_module.__file__, *args]
+    sys.orig_argv = [sys.executable, "-m", "pytest", *args]
+    return args
+
+
+def main() -> None:
+    """``fork_server.py FD``: serve the connected socket FD."""
+    conn = socket.socket(fileno=int(sys.argv[1]))
+    base_path = [p for p in sys.path[1:]]  # sys.path[0] is this script's directory, not a fresh run's
+    scratch = tempfile.mkdtemp(prefix="fork-server-")
+    preload(scratch)
+    os.rmdir(scratch)
+    gc.collect()
+    gc.freeze()  # children's collections skip the preloaded heap: no traversal, no copy-on-write of its pages
+    if threads_now() > 2:  # the main thread, and OpenBLAS's pool which registers its own fork handlers
+        sys.stderr.write(f"fork_server: {threads_now()} threads before forking; inner runs may deadlock\n")
+    request = serve(conn, base_path)
+    if request is None:
+        return
+    args = become_fresh_pytest(request, base_path)
+    import pytest
+
+    sys.exit(int(pytest.main(args)))
+
+
+if __name__ == "__main__":
+    main()
