@@ -35,6 +35,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that runs an inner pytest through ``pytester`` is an end-to-end test: mark it ``e2e``.
+
+    ``pytest tests -m "not e2e"`` then runs the unit tests alone. Tests that are end to end without pytester
+    (a real subprocess, a rank pool, an installed wheel) carry ``@pytest.mark.e2e`` themselves.
+    """
+    for item in items:
+        if "pytester" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _no_outer_xdist_worker_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``pytest tests -n 2`` the processes a test starts must not believe they are xdist workers.
+
+    pytest-xdist sets ``PYTEST_XDIST_WORKER`` (and its siblings) in each worker's environment; an inner pytest
+    run, a subprocess or a rank inheriting it would take the plugin's xdist-worker paths.
+    """
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def inner_run_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
