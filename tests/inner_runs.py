@@ -79,6 +79,7 @@ class ForkServer:
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            self._reader = self._conn.makefile("rb")  # a socket file that timed out refuses further reads
             self._reply(None)
             raise
 
