@@ -88,6 +88,7 @@ def _writer(args: tuple[str, int]) -> None:
         update_baseline_file(Path(path), FINGERPRINT, {f"t::w{index}_{round_}": {"m": entry(index * 10 + round_)}})
 
 
+@pytest.mark.e2e
 def test_concurrent_updates_from_several_processes_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "cpu.yaml"
     with multiprocessing.get_context("spawn").Pool(4) as pool:
@@ -338,6 +339,7 @@ while True:
 """
 
 
+@pytest.mark.e2e
 def test_a_writer_killed_mid_update_leaves_the_old_or_the_complete_new_file_and_its_temp_file_is_swept(
     tmp_path: Path,
 ) -> None:

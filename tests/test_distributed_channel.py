@@ -128,6 +128,7 @@ def body():
 """
 
 
+@pytest.mark.e2e
 def test_a_hostile_client_connecting_first_neither_runs_code_nor_stops_the_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -200,6 +201,7 @@ def test_each_connection_has_its_own_handshake_deadline() -> None:
         listener.close()
 
 
+@pytest.mark.e2e
 def test_a_pool_starts_although_a_flood_of_silent_connections_came_first(monkeypatch: pytest.MonkeyPatch) -> None:
     flood: list[socket.socket] = []
 

@@ -40,6 +40,7 @@ def _wait_for(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def
     return predicate()
 
 
+@pytest.mark.e2e
 def test_ctrl_c_while_ranks_run_a_test_kills_the_pool_without_the_graceful_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def _fresh(code: str) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object, returned here."""
@@ -21,6 +23,7 @@ def _fresh(code: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e
 def test_counting_a_step_does_not_import_dynamo_and_counts_the_same_as_with_it():
     """torch's dispatch-mode wrapper imports torch._dynamo at the first dispatch; a count must not pay for it."""
     found = _fresh(
@@ -41,6 +44,7 @@ def test_counting_a_step_does_not_import_dynamo_and_counts_the_same_as_with_it()
     assert found["first"][1] > 0
 
 
+@pytest.mark.e2e
 def test_counting_leaves_torch_dispatch_modes_as_it_found_them():
     """The mark that spares the import is removed after the count: dynamo, once loaded, disables the mode again."""
     found = _fresh(
@@ -58,6 +62,7 @@ def test_counting_leaves_torch_dispatch_modes_as_it_found_them():
     assert found == {"marked": False}
 
 
+@pytest.mark.e2e
 def test_cpu_memory_pass_starts_no_dynamo_and_sees_the_step_allocations():
     """The CPU peak-memory pass records allocator events without torch.profiler's inductor check."""
     found = _fresh(

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "numpy", "yaml", "wgpu", "matplotlib", "scipy")
 
 
+@pytest.mark.e2e
 def test_importing_the_plugin_does_not_import_torch_or_other_heavy_modules() -> None:
     code = f"import sys, pytest_gpuperf.plugin\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -29,6 +32,7 @@ def _modules_seen_by_a_plain_test(tmp_path, *extra: str) -> set[str]:
     return {m for m in line.split("HEAVY=", 1)[1].strip().split(",") if m}
 
 
+@pytest.mark.e2e
 def test_a_plain_pytest_run_with_the_plugin_installed_does_not_import_torch(tmp_path) -> None:
     """Other installed plugins may import heavy modules; the plugin must add none of its own."""
     with_plugin = _modules_seen_by_a_plain_test(tmp_path)

@@ -352,6 +352,7 @@ def _collected(args: list[str], cwd: Path) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
 
 
+@pytest.mark.e2e
 def test_the_child_collects_a_user_files_parametrized_k_selected_tests_under_the_parents_ids(tmp_path: Path) -> None:
     """Issue 22: a user's file outside the rootdir's package, ids with parameters, selected by -k, run with the
     rootdir of a repository given on the command line; the ncu child must collect exactly the parent's tests

@@ -15,6 +15,7 @@ from tests.cleanup_harness import LIMIT_SECONDS, SCENARIOS, make_project, signal
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc and prctl")
 
 
+@pytest.mark.e2e
 @linux_only
 @pytest.mark.parametrize("kind", sorted(SCENARIOS))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)

@@ -266,6 +266,7 @@ def test_the_cpu_llc_size_is_read_from_sysfs(tmp_path: Any) -> None:
     assert cpu_llc_bytes(tmp_path / "missing") == 0
 
 
+@pytest.mark.e2e
 def test_a_real_cpu_calibration_measures_dram_cache_and_compute_roofs() -> None:
     backend = CpuBackend()
     provider = RoofProvider(RoofStore(FakeCache()))
