@@ -306,3 +306,17 @@ def test_the_ref_diff_lists_a_larger_process_spread_and_another_clock_as_looseni
     result.stdout.fnmatch_lines(
         ["*step.time*loosened by: sm_clock_mhz, process_spread*[[]LOOSENS THE GATE[]]*"], consecutive=False
     )
+
+
+def test_a_session_parses_each_baseline_file_once(
+    pytester: pytest.Pytester, fast_args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gpuperf.baselines import schema
+
+    path = _recorded(pytester, fast_args)
+    path.write_text(path.read_text() + "\n")  # a new inode and size: nothing cached from the recording run
+    calls: list[str] = []
+    real = schema.parse_baseline_text
+    monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t: calls.append(str(p)) or real(p, t))
+    pytester.runpytest_inprocess("--gpuperf", *fast_args).assert_outcomes(passed=1)  # in-process: calls counted
+    assert calls.count(str(path)) == 1, calls  # judged, then the stale-entry summary: one parse

@@ -138,6 +138,7 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
     d_first = records["test_d_dies_in_a_worker[cpu]"]["calls"][0]
     assert [run["status"] for run in d_first] == ["died", "died"]
     assert "last words before os._exit" in d_first[0]["error"]
+    assert "the worker died without reporting (exited with code 7)" in d_first[0]["error"]  # issue 24: how it died
 
     g_first, _ = records["test_g_uses_a_module_scoped_model[cpu]"]["calls"]  # tensors travel by value
     assert [run["metrics"] for run in g_first] == [{"out_features": 8.0}, {"out_features": 8.0}], g_first

@@ -73,3 +73,19 @@ def test_the_guard_runs_isolated_from_the_commands_pythonpath(tmp_path: Path) ->
         [sys.executable, "-c", "print('ran')"], timeout=60, env=env, stdout=subprocess.PIPE, text=True
     )
     assert (code, out) == (0, "ran\n")
+
+
+def test_how_a_process_ended_is_named_by_exit_code_or_signal() -> None:
+    from pytest_gpuperf.distributed.processes import describe_exit
+
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert describe_exit(exited, wait=60) == "exited with code 3"
+    killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert describe_exit(killed, wait=60) == "was killed by signal 9 (SIGKILL)"
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert describe_exit(running, wait=0.01) == ""
+    finally:
+        running.kill()
+        running.wait()
+    assert describe_exit(None) == ""

@@ -118,9 +118,16 @@ class RefLoader:
         """The parsed file at the ref (its ``path`` the working-tree path); None when the ref has none."""
         from pytest_gpuperf.baselines.schema import parse_baseline_text
 
-        text = self.ref.read(path)
-        if text is None:
-            return None
-        loaded = parse_baseline_text(self.ref.label(path), text)
-        loaded.path = path
-        return loaded
+        key = (self.ref.commit, str(path))
+        if key not in _PARSED_AT_REF:  # a commit never changes: each file is read and parsed once per process
+            text = self.ref.read(path)
+            loaded = None
+            if text is not None:
+                loaded = parse_baseline_text(self.ref.label(path), text)
+                loaded.path = path
+            _PARSED_AT_REF[key] = loaded
+        return _PARSED_AT_REF[key]
+
+
+#: Files parsed at a commit, by (commit, working-tree path); shared read-only like the working tree's cache.
+_PARSED_AT_REF: dict[tuple[str, str], BaselineFile | None] = {}

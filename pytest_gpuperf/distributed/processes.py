@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,6 +83,23 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def describe_exit(proc: subprocess.Popen[bytes] | None, wait: float = 2.0) -> str:
+    """How a process ended: ``exited with code 3``, ``was killed by signal 9 (SIGKILL)`` ("" while it runs)."""
+    if proc is None:
+        return ""
+    try:
+        code = proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return ""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
 
 
 def kill_group(pid: int) -> None:

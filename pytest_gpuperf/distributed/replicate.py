@@ -189,11 +189,14 @@ def _replica_run(pool: RankPool, outcome: PoolOutcome, timeout: float) -> Replic
             stderr=err,
             seconds=outcome.seconds,
         )
+    from pytest_gpuperf.distributed.processes import describe_exit
+
     log = outcome.launcher_log
+    how = describe_exit(pool.launcher) if pool.solo else ""  # a solo pool's launcher is the worker itself
     return ReplicaRun(
         pid,
         "died",
-        error=f"the worker died without reporting; its output:\n{out}{err}{log}",
+        error=f"the worker died without reporting{f' ({how})' if how else ''}; its output:\n{out}{err}{log}",
         stdout=out,
         stderr=err,
         seconds=outcome.seconds,
