@@ -15,6 +15,11 @@ import math
 STAT_QUANTILE = 0.2
 
 
+def judged_quantile(better: str) -> float:
+    """The quantile judged for a metric: low times, high throughputs (both: the fast side)."""
+    return STAT_QUANTILE if better == "lower" else 1.0 - STAT_QUANTILE
+
+
 def median(values: list[float]) -> float:
     """The median of ``values``."""
     ordered = sorted(values)

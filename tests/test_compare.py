@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_gpuperf.judging.compare import judge, judged_quantile, ratio_of_quantiles
+from pytest_gpuperf.judging.compare import judge, ratio_of_quantiles
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric
-from pytest_gpuperf.stats import STAT_QUANTILE, quantile
+from pytest_gpuperf.stats import STAT_QUANTILE, judged_quantile, quantile
 
 WHERE = "test machine"
 

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.stats import STAT_QUANTILE, quantile_precision
+from pytest_gpuperf.stats import judged_quantile, quantile_precision
 
 NUMERIC_KINDS = ("time", "throughput", "memory", "custom")
 #: A peak-memory change smaller than this is never a regression (allocator granularity on tiny tests).
@@ -111,7 +111,7 @@ def _precision(side: list[SideSample], better: str, best_index: int) -> float:
     samples = side[best_index].samples
     if len(samples) < 3:
         return 0.0
-    return quantile_precision(samples, STAT_QUANTILE if better == "lower" else 1.0 - STAT_QUANTILE)
+    return quantile_precision(samples, judged_quantile(better))
 
 
 def judge_numeric(

@@ -171,12 +171,12 @@ def _value_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 
 def _judged_quantile(samples: Any, better: str) -> float | None:
-    from pytest_gpuperf.stats import STAT_QUANTILE, quantile
+    from pytest_gpuperf.stats import judged_quantile, quantile
 
     numbers = [_number(s) for s in samples] if isinstance(samples, list) else []
     if not numbers or any(n is None or n != n or n in (float("inf"), float("-inf")) for n in numbers):
         return None
-    return quantile([n for n in numbers if n is not None], STAT_QUANTILE if better == "lower" else 1 - STAT_QUANTILE)
+    return quantile([n for n in numbers if n is not None], judged_quantile(better))
 
 
 def _samples_loosen(before: dict[str, Any], after: dict[str, Any]) -> bool:

@@ -2,6 +2,9 @@
 
 * ``--gpuperf-update-all``: like ``--gpuperf-update``, but every entry of the tests that ran is
   rewritten (by default an entry within its tolerance is kept byte for byte);
+* ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
+  ``pytest_gpuperf_baseline_loader``), and :func:`ref_changes` lists the entries the working tree
+  changes against it for the reports;
 * a ``--gpuperf-baselines`` path that is a file is one usage error, not a failure per test;
 * under ``--gpuperf-update`` the :class:`~pytest_gpuperf.baselines.update.BaselineUpdater`
   holds each test's entries and writes those of passed tests at the end;
@@ -23,7 +26,7 @@ from pytest_gpuperf.settings import add_options, get_option
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.update import BaselineUpdater
 
-BASELINE_OPTIONS: list[tuple[str, str, Any, str]] = [
+BASELINE_OPTIONS: list[tuple[Any, ...]] = [
     (
         "--gpuperf-update-all",
         "bool",
@@ -31,13 +34,22 @@ BASELINE_OPTIONS: list[tuple[str, str, Any, str]] = [
         "like --gpuperf-update, but rewrite every entry of the tests that ran "
         "(by default an entry within its tolerance is kept unchanged, so the diff shows only what moved)",
     ),
+    (
+        "--gpuperf-baseline-ref",
+        "str",
+        "",
+        "read baselines from this git ref (e.g. origin/main) instead of the "
+        "working tree, and report the baseline entries the working tree changes against it",
+        {"metavar": "REF"},
+    ),
 ]
+REF_KEY = pytest.StashKey["GitRef"]()
 UPDATER_NAME = "gpuperf-baseline-updater"
 TRACKER_NAME = "gpuperf-baseline-tracker"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register ``--gpuperf-update-all`` and its ini twin."""
+    """Register ``--gpuperf-update-all``, ``--gpuperf-baseline-ref`` and their ini twins."""
     add_options(parser, BASELINE_OPTIONS)
 
 
@@ -50,7 +62,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--gpuperf``: check the baselines path, start the updater and the key tracker."""
+    """Under ``--gpuperf``: check the baselines path, resolve the git ref, start the updater and the key tracker."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
@@ -60,6 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
             f"pytest-gpuperf: the baselines path {directory} is a file, not a directory; "
             "move it away or pass --gpuperf-baselines=DIR"
         )
+    ref_name = get_option(config, "--gpuperf-baseline-ref")
+    if ref_name:
+        from pytest_gpuperf.baselines.ref import GitRef, GitRefError
+
+        try:
+            config.stash[REF_KEY] = GitRef.resolve(ref_name, directory)
+        except GitRefError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if session.settings.update:
         from pytest_gpuperf.baselines.update import BaselineUpdater
 
@@ -68,6 +88,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(updater, UPDATER_NAME)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(BaselineTracker(config), TRACKER_NAME)
+
+
+def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Any:
+    """Under ``--gpuperf-baseline-ref``: read every baseline file from the git ref (the ranks get its entries)."""
+    ref = config.stash.get(REF_KEY, None)
+    return ref.loader() if ref is not None else None
+
+
+def ref_changes(config: pytest.Config) -> dict[str, Any] | None:
+    """Under ``--gpuperf-baseline-ref``: the ref, its commit and the entries the working tree changes against it."""
+    ref = config.stash.get(REF_KEY, None)
+    session = config.stash.get(SESSION_KEY, None)
+    if ref is None or session is None:
+        return None
+    from pytest_gpuperf.baselines.diff import diff_against_ref
+
+    changes = [c.as_dict() for c in diff_against_ref(ref, session.settings.baselines_dir)]
+    return {"ref": ref.ref, "commit": ref.commit, "changes": changes}
 
 
 class BaselineTracker:
@@ -98,7 +136,7 @@ class BaselineTracker:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Note the baseline file each perf test used and whether it held an entry for the test."""
-        from pytest_gpuperf.session import REPORT_ATTR
+        from pytest_gpuperf.results import REPORT_ATTR
 
         data = getattr(report, REPORT_ATTR, None)
         if report.when != "call" or not data or not data.get("baseline_file"):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, SAMPLED_KINDS, Metric, Verdict
-from pytest_gpuperf.stats import STAT_QUANTILE
+from pytest_gpuperf.stats import judged_quantile
 from pytest_gpuperf.units import format_change, format_value
 
 MEMORY_SLACK_BYTES = 64 * 1024
@@ -36,11 +36,6 @@ class RatioEstimate:
     ratio: float
     low: float
     high: float
-
-
-def judged_quantile(better: str) -> float:
-    """The quantile judged for a metric: low times, high throughputs (both: the fast side)."""
-    return STAT_QUANTILE if better == "lower" else 1.0 - STAT_QUANTILE
 
 
 def ratio_of_quantiles(run: Sequence[float], base: Sequence[float], q: float, seed: int = 0) -> RatioEstimate:

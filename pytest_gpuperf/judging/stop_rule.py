@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.judging.compare import judged_quantile
-from pytest_gpuperf.stats import quantile, quantile_precision
+from pytest_gpuperf.stats import judged_quantile, quantile, quantile_precision
 
 if TYPE_CHECKING:
     from pytest_gpuperf.timing import TimingResult

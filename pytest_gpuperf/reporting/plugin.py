@@ -3,8 +3,8 @@
 * ``--gpuperf-json PATH``, ``--gpuperf-markdown PATH`` (and ``$GITHUB_STEP_SUMMARY``),
   ``--gpuperf-plot DIR``: written by the controller at the end of a ``--gpuperf`` run from
   every test's report (so also from pytest-xdist workers' results);
-* ``--gpuperf-baseline-ref REF``: baselines are read from a git ref, and the report lists
-  the entries the working tree changes against it.
+* under ``--gpuperf-baseline-ref REF`` (:mod:`pytest_gpuperf.baselines.plugin`) the reports list
+  the entries the working tree changes against the ref.
 
 (One GPU per pytest-xdist worker is its own feature: :mod:`pytest_gpuperf.workers.plugin`.)
 """
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.baselines.plugin import ref_changes
 from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.baselines.ref import GitRef
     from pytest_gpuperf.reporting.records import TestRecord
 
 REPORTING_OPTIONS: list[tuple[Any, ...]] = [
@@ -47,14 +47,6 @@ REPORTING_OPTIONS: list[tuple[Any, ...]] = [
         "write one roofline PNG per device into this folder (needs matplotlib)",
         {"metavar": "DIR"},
     ),
-    (
-        "--gpuperf-baseline-ref",
-        "str",
-        "",
-        "read baselines from this git ref (e.g. origin/main) instead of the "
-        "working tree, and report the baseline entries the working tree changes against it",
-        {"metavar": "REF"},
-    ),
 ]
 
 COLLECTOR_NAME = "gpuperf-reporting"
@@ -70,40 +62,17 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--gpuperf``: use the git ref's baselines; on the controller, collect every test's results."""
-    session = config.stash.get(SESSION_KEY, None)
-    if session is None:
-        return
-    ref = None
-    ref_name = get_option(config, "--gpuperf-baseline-ref")
-    if ref_name:
-        from pytest_gpuperf.baselines.ref import GitRef, GitRefError
-
-        try:
-            ref = GitRef.resolve(ref_name, session.settings.baselines_dir)
-        except GitRefError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        config.stash[REF_KEY] = ref
-    if _is_worker(config):
+    """Under ``--gpuperf``, on the controller: collect every test's results."""
+    if config.stash.get(SESSION_KEY, None) is None or _is_worker(config):
         return  # workers send their results to the controller on their reports
-    config.pluginmanager.register(ReportCollector(config, ref), COLLECTOR_NAME)
-
-
-REF_KEY = pytest.StashKey["GitRef"]()
-
-
-def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Any:
-    """Under ``--gpuperf-baseline-ref``: read every baseline file from the git ref (the ranks get its entries)."""
-    ref = config.stash.get(REF_KEY, None)
-    return ref.loader() if ref is not None else None
+    config.pluginmanager.register(ReportCollector(config), COLLECTOR_NAME)
 
 
 class ReportCollector:
     """Collects perf results from reports (its own and xdist workers') and writes the reports at the end."""
 
-    def __init__(self, config: pytest.Config, ref: GitRef | None) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.ref = ref
         self.records: dict[str, TestRecord] = {}
         self.lines: list[str] = []
         self.baseline_ref: dict[str, Any] | None = None
@@ -113,7 +82,7 @@ class ReportCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the call-phase outcome and the ``report.gpuperf`` payload of every perf test."""
-        from pytest_gpuperf.session import REPORT_ATTR
+        from pytest_gpuperf.results import REPORT_ATTR
 
         data = getattr(report, REPORT_ATTR, None)
         if report.when == "call" and data:
@@ -142,11 +111,7 @@ class ReportCollector:
         records = list(self.records.values())
         root = self.config.rootpath
         gp_session = self.config.stash.get(SESSION_KEY, None)
-        if self.ref is not None and gp_session is not None:
-            from pytest_gpuperf.baselines.diff import diff_against_ref
-
-            changes = [c.as_dict() for c in diff_against_ref(self.ref, gp_session.settings.baselines_dir)]
-            self.baseline_ref = {"ref": self.ref.ref, "commit": self.ref.commit, "changes": changes}
+        self.baseline_ref = ref_changes(self.config)
         json_path, md_path, plot_dir = (
             self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "--gpuperf-plot")
         )
