@@ -13,15 +13,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.markers import GPUPERF_MARKER_KEYS, MarkerError, gpuperf_options
+from pytest_gpuperf.markers import MarkerError, gpuperf_options
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-__all__ = ["MARKER_KEYS", "MarkerError", "TestContext", "build_context", "env_world_size"]
-
-#: Keys accepted by ``@pytest.mark.gpuperf(...)``, and their validation: :mod:`pytest_gpuperf.markers`.
-MARKER_KEYS = GPUPERF_MARKER_KEYS
+__all__ = ["MarkerError", "TestContext", "build_context", "env_world_size"]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The ``gpuperf`` fixture object: measure a step, record a metric, size work per device.
 
-One ``measure()`` call flows one way: plan (:mod:`.plan`) -> time (:mod:`.measure`) ->
-count (feature hooks) -> judge -> store (:mod:`.judging`) -> report (the session's hooks
+One ``measure()`` call flows one way: plan (:mod:`.judging.plan`) -> time (:mod:`.timing`) ->
+count (feature hooks) -> judge -> store (:mod:`.judging.service`) -> report (the session's hooks
 read the stored verdicts). The handle holds the frozen :class:`~.context.TestContext`
 and the judging service; it never drives the session.
 """
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.context import MARKER_KEYS  # noqa: F401 - re-exported for older imports
 from pytest_gpuperf.results import (
     KIND_CUSTOM,
     KIND_CYCLES,
@@ -32,6 +31,9 @@ if TYPE_CHECKING:
     from pytest_gpuperf.judging.plan import MeasurePlan
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.timing import MeasureConfig, TimingResult
+
+    #: Adjusts the loop's settings for one step, given the step, just before it is planned and timed.
+    AdjustConfig = Callable[[MeasureConfig, Callable[[], object]], MeasureConfig]
 
 #: Least warm-up on a GPU before sampling (clock ramp-up from idle).
 GPU_WARMUP_SECONDS = 0.3
@@ -83,8 +85,8 @@ class GpuPerf:
     """Per-test handle returned by the ``gpuperf`` fixture."""
 
     #: Adjusts the loop's settings for one step just before it is planned and timed, given the step (the
-    #: distributed feature sets one on a rank's handle so every rank makes the same calls); None: as they are.
-    adjust_config: Callable[[MeasureConfig, Callable[[], object]], MeasureConfig] | None = None
+    #: distributed feature passes one to a rank's handle so every rank makes the same calls); None: as they are.
+    adjust_config: AdjustConfig | None = None
 
     def __init__(
         self,
@@ -92,10 +94,12 @@ class GpuPerf:
         judging: Judging | None = None,
         after_measure: AfterMeasure | None = None,
         confirmed_elsewhere: bool = False,
+        adjust_config: AdjustConfig | None = None,
     ) -> None:
         self.context = context
         self.judging = judging
         self._after_measure = after_measure
+        self.adjust_config = adjust_config
         #: A suspected regression is confirmed in a fresh process after the test body (by the session), not here.
         self.confirmed_elsewhere = confirmed_elsewhere
         self.measurements: list[Measurement] = []

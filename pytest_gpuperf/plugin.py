@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf.keys import BACKEND_KEY, SESSION_KEY
-from pytest_gpuperf.settings import add_options, check_all_options, get_option, resolve_settings, selected_backends
+from pytest_gpuperf.settings import (
+    add_options,
+    check_all_options,
+    get_option,
+    resolve_settings,
+    selected_backends,
+    warn_deprecated,
+)
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -65,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     check_all_options(config)
+    warn_deprecated(config)
     if get_option(config, "--gpuperf-backend"):
         selected_backends(config)  # raises pytest.UsageError listing known backends
     if not (get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update")):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.judging.service import FileBaselines, Judging, metric_to_entry  # noqa: F401 - metric_to_entry re-exported
+from pytest_gpuperf.judging.service import FileBaselines, Judging
 from pytest_gpuperf.results import REPORT_ATTR, verdict_to_dict
 
 if TYPE_CHECKING:

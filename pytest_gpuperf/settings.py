@@ -73,7 +73,7 @@ OPTIONS: list[OptionSpec] = [
         "with no baseline, stop when the judged quantile's 95% half-width < this",
         {"above": 0, "metavar": "FRACTION"},
     ),
-    ("--gpuperf-no-reference", "bool", False, "no effect: the drift reference was removed; kept for old command lines"),
+    ("--gpuperf-no-reference", "bool", False, "deprecated, no effect (the drift reference was removed)"),
     ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
     (
         "--gpuperf-processes",
@@ -193,6 +193,21 @@ def get_option(config: pytest.Config, flag: str) -> Any:
     if choices:
         return _choice(text, flag, tuple(choices))
     return text
+
+
+#: Options that still parse but do nothing, and what the warning says when one is given.
+DEPRECATED: dict[str, str] = {
+    "--gpuperf-no-reference": "--gpuperf-no-reference has no effect (the drift reference workload was removed) "
+    "and will be removed in the next release; drop it from the command line or ini file",
+}
+
+
+def warn_deprecated(config: pytest.Config) -> None:
+    """A :class:`pytest.PytestDeprecationWarning` for each deprecated option the run was given."""
+    registered = getattr(getattr(config, "_parser", None), "_inidict", None)
+    for flag, message in DEPRECATED.items():
+        if (registered is None or ini_name(flag) in registered) and get_option(config, flag):
+            config.issue_config_time_warning(pytest.PytestDeprecationWarning(message), stacklevel=2)
 
 
 def check_all_options(config: pytest.Config) -> None:

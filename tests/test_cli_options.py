@@ -51,6 +51,16 @@ def test_old_negative_flag_spelling_still_works(pytester: pytest.Pytester) -> No
     pytester.runpytest("--gpuperf-no-dist-pool", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_the_deprecated_no_reference_flag_still_parses_and_warns(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SIMPLE_TEST)
+    result = pytester.runpytest("--gpuperf-no-reference", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*PytestDeprecationWarning: --gpuperf-no-reference has no effect*"])
+    quiet = pytester.runpytest("-p", "no:cacheprovider")
+    quiet.assert_outcomes(passed=1)
+    assert "PytestDeprecationWarning" not in quiet.stdout.str()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -165,7 +165,7 @@ def test_a_re_record_sees_the_stored_class_for_its_hysteresis_unless_every_entry
     measured = MeasureContext(context, lambda: None, "step", None, [], judging)  # type: ignore[arg-type]
     assert measured.baseline_value("step.bound") is None  # nothing is judged while recording
     assert measured.recorded_value("step.bound") == "latency-bound"  # but a class near its boundary stays put
-    judging.updater = SimpleNamespace(update_all=True)  # type: ignore[assignment]
+    judging.start_updates(update_all=True)
     assert measured.recorded_value("step.bound") is None  # --gpuperf-update-all: classified afresh
 
 

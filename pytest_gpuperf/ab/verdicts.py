@@ -155,8 +155,7 @@ def apply_evidence(
         metrics = [ab.as_dict() for ab in evidence.verdicts]
     if session.settings.update:
         _record_update(session, context, evidence)
-    session.judging.contexts[item.nodeid] = context  # the reports' fingerprint and baseline file
-    session.judging.verdicts[item.nodeid] = verdicts  # the A/B verdicts, not the recorded ones, are reported
+    session.judging.report_instead(item.nodeid, context, verdicts)  # the A/B verdicts, not the recorded ones
     return {
         "ref": worktree.ref,
         "sha": worktree.sha,

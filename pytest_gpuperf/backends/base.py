@@ -76,13 +76,5 @@ class Backend(abc.ABC):
         """One line saying what the peak-memory number includes and misses."""
         return ""
 
-    def reference_workload(self) -> Callable[[], object] | None:
-        """A fixed workload timed next to the step to cancel machine drift, or None.
-
-        Only asked of backends with ``runs_torch = False``: :mod:`pytest_gpuperf.reference`
-        builds the drift probes of torch backends itself.
-        """
-        return None
-
     def reset_state(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free cached memory between tests (optional)."""

@@ -81,10 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except GitRefError as exc:
             raise pytest.UsageError(str(exc)) from None
     if session.settings.update:
-        from pytest_gpuperf.baselines.update import BaselineUpdater
-
-        updater = BaselineUpdater(session.judging.pending_updates, get_option(config, "--gpuperf-update-all"))
-        session.judging.updater = updater
+        updater = session.judging.start_updates(get_option(config, "--gpuperf-update-all"))
         config.pluginmanager.register(updater, UPDATER_NAME)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(BaselineTracker(config), TRACKER_NAME)

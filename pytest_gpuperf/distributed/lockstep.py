@@ -88,6 +88,4 @@ def lockstep_handle(context: TestContext, judging: Judging | None) -> GpuPerf:
         backend.time_block(step, 1)
         return lockstep_config(config, backend.time_block(step, 1))
 
-    handle = GpuPerf(replace(context, backend=backend), judging)  # type: ignore[arg-type]
-    handle.adjust_config = agreed_config
-    return handle
+    return GpuPerf(replace(context, backend=backend), judging, adjust_config=agreed_config)  # type: ignore[arg-type]

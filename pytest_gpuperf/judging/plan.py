@@ -23,11 +23,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class MeasurePlan:
-    """How to time one step: loop settings, the judged metric and its stop rule."""
+    """How to time one step: the loop's settings and the judged metric's stop rule."""
 
     config: MeasureConfig
-    judged: str
-    tolerance: float
     stop_rule: StopRule | None
 
 
@@ -46,4 +44,4 @@ def plan_measure(
         if config.cpu_clock == "auto":
             config = replace(config, cpu_clock="thread" if method == "thread_cpu" else "wall")
     tolerance = judging.tolerance(context, judged, kind)
-    return MeasurePlan(config, judged, tolerance, stop_rule_for(entry, tolerance, items))
+    return MeasurePlan(config, stop_rule_for(entry, tolerance, items))

@@ -54,8 +54,15 @@ class Judging:
         self.verdicts: dict[str, list[Verdict]] = {}
         self.contexts: dict[str, TestContext] = {}
         self.pending_updates: dict[Path, tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]] = {}
-        #: Under ``--gpuperf-update`` in the pytest process: set by :mod:`pytest_gpuperf.baselines.plugin`.
+        #: Under ``--gpuperf-update`` in the pytest process: made by :meth:`start_updates`.
         self.updater: BaselineUpdater | None = None
+
+    def start_updates(self, update_all: bool = False) -> BaselineUpdater:
+        """Under ``--gpuperf-update``: the updater that validates, holds and writes this process's entries."""
+        from pytest_gpuperf.baselines.update import BaselineUpdater
+
+        self.updater = BaselineUpdater(self.pending_updates, update_all)
+        return self.updater
 
     # -- baselines -----------------------------------------------------------------------
     def fingerprint(self, context: TestContext) -> dict[str, Any]:
@@ -280,6 +287,11 @@ class Judging:
             self._hold(context, path, verdicts)
         self.contexts[context.node_id] = context
         self.verdicts.setdefault(context.node_id, []).extend(verdicts)
+
+    def report_instead(self, node_id: str, context: TestContext, verdicts: list[Verdict]) -> None:
+        """Report ``verdicts`` for ``node_id`` in place of those stored (a feature's own judgement: A/B)."""
+        self.contexts[node_id] = context
+        self.verdicts[node_id] = list(verdicts)
 
     def _hold(self, context: TestContext, path: Path, verdicts: list[Verdict]) -> None:
         """Hand ``verdicts``' entries to the updater (validated, kept when within tolerance), or collect them."""

@@ -190,7 +190,7 @@ def child_pytest_args(
         args += ["-c", str(inifile)]
     args += forwarded_options(parent_args)
     args += ["--gpuperf-backend", backend, "--gpuperf-max-time", "0.05", "--gpuperf-min-samples", "1"]
-    args += ["--gpuperf-no-reference", "--gpuperf-no-confirm", "--gpuperf-baselines", str(baselines_dir)]
+    args += ["--gpuperf-no-confirm", "--gpuperf-baselines", str(baselines_dir)]
     if xdist:
         args += ["-n", "0"]
     return args

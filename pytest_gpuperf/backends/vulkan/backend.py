@@ -181,20 +181,6 @@ class VulkanBackend(Backend):
             note += "; timing fell back to host clock + on_submitted_work_done (no timestamp-query)"
         return note
 
-    def reference_workload(self) -> Callable[[], object] | None:
-        """A fixed saxpy on random data in untracked buffers, timed next to the step to cancel drift."""
-        import numpy as np
-
-        from pytest_gpuperf.backends.vulkan import kernels
-
-        device = self.device()
-        n = device.pick(cpu=1 << 18, default=1 << 22)
-        rng = np.random.default_rng(1234)
-        x = device.buffer(rng.standard_normal(n, dtype=np.float32), tracked=False)
-        y = device.buffer(rng.standard_normal(n, dtype=np.float32), tracked=False)
-        out = device.empty(n, tracked=False)
-        return kernels.saxpy(device, 1.5, x, y, out)
-
     def reset_state(self) -> None:
         """Destroy the buffers the finished test allocated."""
         if self._device is not None:
