@@ -278,7 +278,6 @@ class GpuPerf:
 
         typical = timing.typical  # the judged statistic (a low quantile, see stats.STAT_QUANTILE)
         extra: dict[str, Any] = timing.summary()
-        extra.pop("reference", None)
         judged, _ = judged_timing_metric(name, items)
         time_name = f"{name}.time"
         metrics = [

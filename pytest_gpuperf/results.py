@@ -6,6 +6,7 @@ start-up, so they must stay cheap.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +27,17 @@ KIND_CYCLES = "cycles"
 KIND_HOST = "host"
 #: Kinds judged from their samples (bootstrap of a quantile ratio).
 SAMPLED_KINDS = ("time", "throughput", KIND_CYCLES, KIND_HOST)
+#: Kinds whose value is always a number (a custom metric may hold a word, judged like a category).
+NUMBER_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CYCLES, KIND_HOST)
+#: Kinds an A/B comparison judges by the ratio of B's value to A's (a category is compared word for word).
+RATIO_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CUSTOM)
+
+#: Statuses that fail a test: a regression past the tolerance, a changed category.
+FAILING_STATUSES = ("regression", "changed")
+#: Order of statuses in reports and A/B summaries: what a reviewer must look at first comes first.
+STATUS_ORDER = ("regression", "changed", "inconclusive", "improvement", "new", "unchanged", "recorded", "info")
+#: A peak-memory change smaller than this never fails (allocator granularity on tiny tests).
+MEMORY_SLACK_BYTES = 64 * 1024
 
 
 @dataclass
@@ -73,7 +85,13 @@ class Verdict:
     @property
     def failed(self) -> bool:
         """True when this verdict should fail the test."""
-        return self.status in ("regression", "changed")
+        return self.status in FAILING_STATUSES
+
+
+def worst_status(statuses: Iterable[str]) -> str:
+    """The first of ``statuses`` in :data:`STATUS_ORDER` (``info`` for none)."""
+    present = set(statuses)
+    return next((status for status in STATUS_ORDER if status in present), "info")
 
 
 class GpuperfWarning(UserWarning):

@@ -148,7 +148,7 @@ def test_non_finite_numbers_are_written_as_null_so_the_json_stays_valid() -> Non
 
 def test_the_markdown_headline_counts_every_test_status_so_its_numbers_add_up() -> None:
     from pytest_gpuperf.reporting.markdown import COUNT_WORDS, HEADLINE_ORDER
-    from pytest_gpuperf.reporting.records import STATUS_ORDER
+    from pytest_gpuperf.results import STATUS_ORDER
 
     assert set(HEADLINE_ORDER) == set(STATUS_ORDER) <= set(COUNT_WORDS)
 

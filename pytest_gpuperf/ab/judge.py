@@ -20,13 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpuperf.results import FAILING_STATUSES, MEMORY_SLACK_BYTES, RATIO_KINDS, worst_status
 from pytest_gpuperf.stats import judged_quantile, quantile_precision
-
-NUMERIC_KINDS = ("time", "throughput", "memory", "custom")
-#: A peak-memory change smaller than this is never a regression (allocator granularity on tiny tests).
-MEMORY_SLACK_BYTES = 64 * 1024
-#: Statuses ordered from the one a reviewer must see first.
-SEVERITY = ("regression", "changed", "inconclusive", "improvement", "unchanged", "new", "info")
 
 
 @dataclass
@@ -86,14 +81,6 @@ class AbVerdict:
             "uncertainty": self.uncertainty,
             "message": self.message,
         }
-
-
-def worst(statuses: list[str]) -> str:
-    """The most severe of ``statuses`` (``info`` for none)."""
-    for status in SEVERITY:
-        if status in statuses:
-            return status
-    return "info"
 
 
 def _cost(value: float, better: str) -> float:
@@ -189,7 +176,7 @@ def judge_metric(
     informational = all(s == "info" for s in stored)
     verdict.judged = not informational
     numeric = all(isinstance(s.value, (int, float)) for s in [*a_side, *b_side])
-    if kind in NUMERIC_KINDS and numeric and better in ("lower", "higher") and verdict.tolerance is not None:
+    if kind in RATIO_KINDS and numeric and better in ("lower", "higher") and verdict.tolerance is not None:
         status, worse, uncertainty, paired, message = judge_numeric(
             a_side, b_side, pairs, better, verdict.tolerance, kind, final
         )
@@ -209,11 +196,11 @@ def judge_metric(
             verdict.status = stored[0]  # judged against the stored baseline in the B processes
     if kind != "time" and kind != "throughput" and not informational:
         # Stored baselines keep gating memory, categories (the bound) and custom metrics: B's own verdicts.
-        gating = [s for s in stored if s in ("regression", "changed")]
+        gating = [s for s in stored if s in FAILING_STATUSES]
         if gating and len(gating) == len(stored):
-            verdict.status = worst([verdict.status, gating[0]])
+            verdict.status = worst_status([verdict.status, gating[0]])
             verdict.message += f"; against the stored baseline: {gating[0]}"
         elif gating:
-            verdict.status = worst([verdict.status, "inconclusive"])
+            verdict.status = worst_status([verdict.status, "inconclusive"])
             verdict.message += f"; against the stored baseline {len(gating)} of {len(stored)} B processes disagree"
     return verdict

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_gpuperf.results import FAILING_STATUSES
 from pytest_gpuperf.units import format_change, format_value
 
 WORDS = {
@@ -85,7 +86,7 @@ def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]
         lines.append((f"worker error: {error}", {"red": True}))
     for nodeid, result in summary["tests"].items():
         status = result["status"]
-        markup = {"red": True, "bold": True} if status in ("regression", "changed") else {}
+        markup = {"red": True, "bold": True} if status in FAILING_STATUSES else {}
         if status == "inconclusive":
             markup = {"yellow": True}
         note = f"  ({result['note']})" if result.get("note") else ""
@@ -144,7 +145,7 @@ def markdown_lines(summary: dict[str, Any]) -> list[str]:
         f"- {code(nodeid, in_table=False)} {text(metric['label'])}: {text(metric['message'])}"
         for nodeid, result in tests.items()
         for metric in result["metrics"]
-        if metric["status"] in ("inconclusive", "regression", "changed")
+        if metric["status"] in ("inconclusive", *FAILING_STATUSES)
     ]
     if notes:
         lines += ["**Why**", "", *notes, ""]

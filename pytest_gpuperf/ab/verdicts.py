@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.ab.judge import AbVerdict, worst
-from pytest_gpuperf.results import Metric, Verdict
+from pytest_gpuperf.ab.judge import AbVerdict
+from pytest_gpuperf.results import Metric, Verdict, worst_status
 from pytest_gpuperf.units import format_change, format_value
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def apply_evidence(
         "ref": worktree.ref,
         "sha": worktree.sha,
         "side": "new" if new else "both",
-        "status": worst([m["status"] for m in metrics]) if metrics else "new",
+        "status": worst_status([m["status"] for m in metrics]) if metrics else "new",
         "metrics": metrics,
         "processes": {"A": sum(1 for e in evidence.a if e), "B": sum(1 for e in evidence.b if e)},
         "note": note,

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpuperf.results import NUMBER_KINDS
 from pytest_gpuperf.validate import NumberError, finite_number, non_negative_number, positive_int, positive_number
 
 #: Kinds whose value is checked as a positive / non-negative number (a custom metric may hold a word).
 KINDS_POSITIVE = ("time", "throughput", "cycles")
 #: Kinds whose value is checked as a number >= 0 (a peak memory, a host overhead).
 KINDS_NON_NEGATIVE = ("memory", "host")
-NUMERIC_KINDS = (*KINDS_POSITIVE, *KINDS_NON_NEGATIVE)
 BETTER = ("lower", "higher", "equal")
 #: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
 MAX_WORD = 64
@@ -74,7 +74,7 @@ def _better(value: Any, entry: dict[str, Any]) -> None:
 
 def _value(value: Any, entry: dict[str, Any]) -> None:
     kind = entry.get("kind")
-    if kind == "category" or (kind not in NUMERIC_KINDS and isinstance(value, str)):
+    if kind == "category" or (kind not in NUMBER_KINDS and isinstance(value, str)):
         if not isinstance(value, str) or not value:
             raise NumberError(f"value of a category must be a non-empty word, got {value!r}")
         return

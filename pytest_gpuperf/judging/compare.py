@@ -8,8 +8,7 @@
   throughputs), robust to samples slowed by preemption. The ratio run/baseline
   gets a bootstrap 95% confidence interval; a change is a regression only when
   the point estimate is past the tolerance *and* the interval excludes "no
-  change". Raw ratios only: no probe rescales them (a probe's speed depends on
-  the step that ran before it, so it is no measure of the machine);
+  change". The ratios are raw: nothing rescales them;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction.
 """
@@ -20,11 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, SAMPLED_KINDS, Metric, Verdict
+from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, MEMORY_SLACK_BYTES, SAMPLED_KINDS, Metric, Verdict
 from pytest_gpuperf.stats import judged_quantile
 from pytest_gpuperf.units import format_change, format_value
 
-MEMORY_SLACK_BYTES = 64 * 1024
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 

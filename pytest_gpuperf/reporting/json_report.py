@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.reporting.records import STATUS_ORDER, TestRecord, device_key, split_metric
+from pytest_gpuperf.reporting.records import TestRecord, device_key, split_metric
+from pytest_gpuperf.results import STATUS_ORDER
 
 FORMAT_NAME = "pytest-gpuperf-report"
 FORMAT_VERSION = 1
@@ -114,7 +115,7 @@ def benchmark_entries(record: TestRecord) -> list[dict[str, Any]]:
 
 
 def _worst(verdicts: list[dict[str, Any]]) -> str:
-    from pytest_gpuperf.reporting.records import worst_status
+    from pytest_gpuperf.results import worst_status
 
     return worst_status(v["status"] for v in verdicts)
 

@@ -17,6 +17,7 @@ from typing import Any
 from pytest_gpuperf.reporting.md_escape import code, fenced, text
 from pytest_gpuperf.reporting.records import TestRecord
 from pytest_gpuperf.reporting.verdict_text import ab_title
+from pytest_gpuperf.results import FAILING_STATUSES
 
 #: Sections of metric rows, by the row's own verdict: a section lists only rows with its statuses.
 SECTIONS = (
@@ -153,7 +154,7 @@ def render_markdown(
     parts = [
         f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s in HEADLINE_ORDER if counts.get(s) and s in COUNT_WORDS
     ] or ["nothing judged"]
-    verdict = ":red_circle:" if counts.get("regression") or counts.get("changed") else ":green_circle:"
+    verdict = ":red_circle:" if any(counts.get(s) for s in FAILING_STATUSES) else ":green_circle:"
     lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({counts['tests']} perf tests)", ""]
     lines += [line for block in blocks or [] for line in (block.rstrip(), "")]
     if gp.get("mode") == "update":
@@ -173,7 +174,7 @@ def render_markdown(
             continue
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
         stored = [(r, v) for r, v in rows if not ab_title(v)]  # A/B has nothing to record
-        if statuses[0] in ("regression", "changed") and stored:
+        if statuses[0] in FAILING_STATUSES and stored:
             ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in stored))
             lines += [
                 "If intended, record the new numbers with:",

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf.reporting.plot_labels import legend_lines, place_numbers
-from pytest_gpuperf.reporting.records import TestRecord, device_key, split_metric, worst_status
+from pytest_gpuperf.reporting.records import TestRecord, device_key, split_metric
+from pytest_gpuperf.results import worst_status
 
 INSTALL_HINT = "the roofline plot needs matplotlib: pip install 'pytest-gpuperf[plot]' (or pip install matplotlib)"
 

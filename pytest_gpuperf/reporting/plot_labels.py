@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from pytest_gpuperf.results import FAILING_STATUSES
+
 
 class RooflinePoint(Protocol):
     """What the labels need of a plotted point (:class:`pytest_gpuperf.reporting.plot.RooflinePoint`)."""
@@ -30,7 +32,7 @@ _LABEL_SPOTS = [
 
 def numbered(points: list[RooflinePoint]) -> list[tuple[int, RooflinePoint]]:
     """The points numbered 1..N: regressions and changed bounds first, then by intensity."""
-    ordered = sorted(points, key=lambda p: (p.status not in ("regression", "changed"), p.intensity, p.label))
+    ordered = sorted(points, key=lambda p: (p.status not in FAILING_STATUSES, p.intensity, p.label))
     return list(enumerate(ordered, start=1))
 
 
@@ -89,7 +91,7 @@ def place_numbers(fig: Any, ax: Any, points: list[RooflinePoint]) -> None:
             groups.append(((x, y), [number], point))
     placed = [Bbox.from_extents(x - 7, y - 7, x + 7, y + 7) for (x, y), _, _ in groups]
     for _, numbers, point in groups:
-        bad = point.status in ("regression", "changed") or bool(point.flag)
+        bad = point.status in FAILING_STATUSES or bool(point.flag)
         text = number_ranges(numbers)
         for dx, dy, ha, va in _LABEL_SPOTS:
             note = ax.annotate(

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Order of test statuses in reports: what a reviewer must look at first comes first.
-STATUS_ORDER = ("regression", "changed", "inconclusive", "improvement", "new", "unchanged", "recorded", "info")
+from pytest_gpuperf.results import worst_status
 
 
 @dataclass
@@ -36,17 +35,8 @@ class TestRecord:
 
     @property
     def status(self) -> str:
-        """The test's overall status: its worst verdict in :data:`STATUS_ORDER` (``info`` when none judged)."""
+        """The test's overall status: its worst verdict (:func:`~pytest_gpuperf.results.worst_status`)."""
         return worst_status(v["status"] for v in self.verdicts)
-
-
-def worst_status(statuses: Any) -> str:
-    """The first of ``statuses`` in :data:`STATUS_ORDER` (``info`` for none)."""
-    present = set(statuses)
-    for status in STATUS_ORDER:
-        if status in present:
-            return status
-    return "info"
 
 
 def device_key(fingerprint: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from pytest_gpuperf.reporting.verdict_text import (
     short_fact,
     verdict_word,
 )
+from pytest_gpuperf.results import FAILING_STATUSES
 from pytest_gpuperf.units import format_value
 
 HEADER = ["metric", "baseline", "measured", "change", "limit", "verdict"]
@@ -76,7 +77,7 @@ def metric_section(verdicts: list[dict[str, Any]]) -> str:
 def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: list[str]) -> str:
     """A failing perf test's message: the short fact first (pytest's short summary shows that line),
     then the judge's full sentences, then how to accept an intended change."""
-    failing = [v for v in verdicts if v.get("status") in ("regression", "changed")]
+    failing = [v for v in verdicts if v.get("status") in FAILING_STATUSES]
     if not failing:
         failing = [v for v in verdicts if v.get("status") == "new"]
     head = "; ".join(short_fact(v) for v in failing) or (failures[0] if failures else "performance regression")
@@ -144,7 +145,7 @@ def write_terminal_summary(terminalreporter: Any, session: SummarySource, settin
         return
     verbosity = int(getattr(tr, "verbosity", 0) or 0)
     line = summary_line(reported)
-    bad = any(v.get("status") in ("regression", "changed") for _, _, vs in reported for v in vs)
+    bad = any(v.get("status") in FAILING_STATUSES for _, _, vs in reported for v in vs)
     if verbosity < 0:
         tr.write_line(line, red=bad, bold=bad)
         return

@@ -14,10 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pytest_gpuperf.results import MEMORY_SLACK_BYTES
 from pytest_gpuperf.units import format_bytes, format_change, format_value
-
-#: Absolute peak-memory difference that never fails (mirrors ``compare.MEMORY_SLACK_BYTES``).
-DEFAULT_MEMORY_ALLOWANCE = 64 * 1024
 
 STATUS_WORDS = {
     "regression": "REGRESSION",
@@ -31,16 +29,6 @@ STATUS_WORDS = {
 }
 #: Statuses a default-verbosity summary lists row by row (everything else is "ok").
 NOT_OK = ("regression", "changed", "improvement", "new", "inconclusive")
-
-
-def memory_allowance() -> int:
-    """The judge's absolute peak-memory allowance in bytes."""
-    try:
-        from pytest_gpuperf.judging import compare
-
-        return int(getattr(compare, "MEMORY_SLACK_BYTES", DEFAULT_MEMORY_ALLOWANCE))
-    except ImportError:
-        return DEFAULT_MEMORY_ALLOWANCE
 
 
 def _number(value: Any) -> float | None:
@@ -115,7 +103,7 @@ def why(verdict: dict[str, Any]) -> str:
     status = verdict.get("status")
     if numeric(verdict) and status in ("unchanged", "improvement", "inconclusive") and _past_limit(verdict):
         base, value = _number(verdict.get("baseline")), _number(verdict.get("value"))
-        allowance = memory_allowance()
+        allowance = MEMORY_SLACK_BYTES
         if verdict.get("kind") == "memory" and base is not None and value is not None:
             if abs(value - base) <= allowance:
                 diff = value - base

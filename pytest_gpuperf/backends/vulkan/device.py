@@ -173,7 +173,7 @@ class VulkanDevice:
         self._peak_bytes = self._live_bytes
 
     def release_all(self) -> None:
-        """Destroy every tracked buffer (end of a test); untracked ones (the drift reference) stay."""
+        """Destroy every tracked buffer (end of a test); untracked ones (the roof kernels' buffers) stay."""
         self.flush()
         for buf in list(self._tracked):
             buf.raw.destroy()
