@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from pytest_gpuperf.profiling.counting import StepCount, attention_flops, causal_pairs, count_step
+from pytest_gpuperf.profiling.counting import StepCount, count_step
+from pytest_gpuperf.profiling.op_traffic import attention_flops, causal_pairs
 from pytest_gpuperf.profiling.roofs import dtype_class
 
 F32 = 4
