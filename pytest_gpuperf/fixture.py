@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.results import (
     KIND_CUSTOM,
-    KIND_CYCLES,
-    KIND_HOST,
     KIND_MEMORY,
-    KIND_THROUGHPUT,
-    KIND_TIME,
     Better,
     Metric,
 )
@@ -199,7 +195,9 @@ class GpuPerf:
             self.measurements.append(measurement)
             return measurement
         from pytest_gpuperf.judging.plan import plan_measure
+        from pytest_gpuperf.judging.service import judged_timing_metric
         from pytest_gpuperf.timing import measure_time
+        from pytest_gpuperf.timing.metrics import host_sync_metrics, timing_metrics
 
         judging = self.judging
         config = self.measure_config()
@@ -211,7 +209,7 @@ class GpuPerf:
             step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state
             peak = self.backend.measure_peak_memory(step)
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        metrics = self._timing_metrics(name, timing, items, unit, flops, bytes_moved)
+        metrics = timing_metrics(name, timing, items, unit, flops, bytes_moved, judged_timing_metric(name, items)[0])
         metrics += host_sync_metrics(name, self.backend.count_host_syncs(step))
         self._check_names_free(name, metrics)
         if peak is not None:
@@ -260,59 +258,13 @@ class GpuPerf:
         bytes_moved: float | None,
     ) -> dict[str, Metric]:
         """Time a suspected regression once more in this process (when no fresh process can confirm it)."""
+        from pytest_gpuperf.judging.service import judged_timing_metric
         from pytest_gpuperf.timing import measure_time
+        from pytest_gpuperf.timing.metrics import timing_metrics
 
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        return {m.name: m for m in self._timing_metrics(name, timing, items, unit, flops, bytes_moved)}
-
-    def _timing_metrics(
-        self,
-        name: str,
-        timing: TimingResult,
-        items: float | None,
-        unit: str,
-        flops: float | None,
-        bytes_moved: float | None,
-    ) -> list[Metric]:
-        from pytest_gpuperf.judging.service import judged_timing_metric
-
-        typical = timing.typical  # the judged statistic (a low quantile, see stats.STAT_QUANTILE)
-        extra: dict[str, Any] = timing.summary()
-        judged, _ = judged_timing_metric(name, items)
-        time_name = f"{name}.time"
-        metrics = [
-            Metric(
-                time_name,
-                typical,
-                "s",
-                "lower",
-                KIND_TIME,
-                samples=list(timing.samples),
-                judged=judged == time_name,
-                extra=extra,
-            )
-        ]
-        if items is not None:
-            metrics.append(
-                Metric(
-                    f"{name}.throughput",
-                    items / typical,
-                    f"{unit}/s",
-                    "higher",
-                    KIND_THROUGHPUT,
-                    samples=[items / s for s in timing.samples if s > 0],
-                    judged=judged == f"{name}.throughput",
-                    extra=dict(extra),
-                )
-            )
-        metrics += _clock_metrics(name, timing, extra)
-        if flops:
-            metrics.append(Metric(f"{name}.flop_rate", flops / typical, "FLOP/s", "higher", KIND_CUSTOM, judged=False))
-        if bytes_moved:
-            metrics.append(
-                Metric(f"{name}.bandwidth", bytes_moved / typical, "B/s", "higher", KIND_CUSTOM, judged=False)
-            )
-        return metrics
+        judged = judged_timing_metric(name, items)[0]
+        return {m.name: m for m in timing_metrics(name, timing, items, unit, flops, bytes_moved, judged)}
 
     def record(self, name: str, value: float | str, unit: str = "", better: Better = "lower") -> Metric:
         """Record any other metric (for example one a script printed) and judge it against its baseline.
@@ -373,64 +325,6 @@ class GpuPerf:
         if unit == "B":
             return non_negative_number(value, f"{what}: value"), KIND_MEMORY
         return finite_number(value, f"{what}: value"), KIND_CUSTOM
-
-
-#: A host-overhead change smaller than this share of the step's eager time is never a regression.
-HOST_SLACK_SHARE = 0.05
-
-
-def _clock_metrics(name: str, timing: TimingResult, extra: dict[str, Any]) -> list[Metric]:
-    """CUDA: cycles per step (judged when the SM clock moved, :mod:`.judging.clock_rule`) and host overhead."""
-    from pytest_gpuperf.stats import STAT_QUANTILE, quantile
-
-    out = []
-    cycles = timing.cycles_samples
-    if cycles:
-        facts = {k: extra[k] for k in ("sm_clock_mhz", "mem_clock_mhz", "method") if k in extra}
-        out.append(
-            Metric(
-                f"{name}.cycles",
-                round(quantile(cycles, STAT_QUANTILE)),
-                "cycles",
-                "lower",
-                KIND_CYCLES,
-                samples=cycles,
-                judged=False,
-                extra=facts,
-            )
-        )
-    host = timing.host_overhead_samples
-    eager = timing.eager_time
-    if host and eager:
-        # A change smaller than HOST_SLACK_SHARE of the step's eager time is never a regression: a device-bound
-        # step hides its host work behind the device, so its overhead is a small, noisy difference.
-        slack = HOST_SLACK_SHARE * eager
-        out.append(
-            Metric(
-                f"{name}.host_overhead",
-                quantile(host, 0.5),
-                "s",
-                "lower",
-                KIND_HOST,
-                samples=host,
-                extra={"eager_time": eager, "abs_slack": slack, "host_bound": timing.host_bound},
-            )
-        )
-    return out
-
-
-def host_sync_metrics(name: str, syncs: int | None) -> list[Metric]:
-    """``<name>.host_syncs``: host-device synchronizations per step, compared exactly (a new one fails)."""
-    if syncs is None:
-        return []
-    extra = {
-        "note": "synchronizing CUDA operations in one step",
-        "regression_hint": (
-            "a new host-device synchronization per step, host overhead the device cannot hide "
-            "(torch.cuda.set_sync_debug_mode('warn') names each one)"
-        ),
-    }
-    return [Metric(f"{name}.host_syncs", syncs, "", "lower", KIND_CUSTOM, tolerance=0.0, extra=extra)]
 
 
 def _is_integer(value: object) -> bool:

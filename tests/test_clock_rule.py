@@ -185,7 +185,7 @@ def test_a_device_bound_steps_tiny_host_overhead_never_fails_on_its_noise(tmp_pa
 
 
 def test_a_new_host_sync_per_step_fails_exactly_on_the_sync_count(tmp_path: Path) -> None:
-    from pytest_gpuperf.fixture import host_sync_metrics
+    from pytest_gpuperf.timing.metrics import host_sync_metrics
 
     assert host_sync_metrics("step", None) == []  # a backend that cannot count adds nothing
     base = {"step.host_syncs": {"value": 0, "unit": "", "better": "lower", "kind": "custom"}}

@@ -11,8 +11,8 @@ import pytest
 from pytest_gpuperf.baselines import BaselineFile
 from pytest_gpuperf.context import MarkerError, TestContext, build_context
 from pytest_gpuperf.fingerprint import baseline_filename
+from pytest_gpuperf.judging.collecting import CollectingJudging
 from pytest_gpuperf.judging.service import (
-    CollectingJudging,
     FileBaselines,
     FixedBaselines,
     Judging,

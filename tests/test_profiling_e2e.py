@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from pytest_gpuperf.backends.cpu import CpuBackend
+from pytest_gpuperf.profiling.roof_store import CACHE_PREFIX, RoofStore, cache_key
 from pytest_gpuperf.profiling.roofline import BOUNDS
-from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, RoofProvider, RoofStore, cache_key
+from pytest_gpuperf.profiling.roofs import RoofProvider
 
 STEPS = """
 import os

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from pytest_gpuperf.backends.cpu import CpuBackend
+from pytest_gpuperf.profiling.roof_store import CACHE_PREFIX, CACHE_VERSION, RoofStore, cache_key
 from pytest_gpuperf.profiling.roofline import (
     COMPUTE_BOUND,
     DEFAULT_LATENCY_SHARE,
@@ -24,13 +25,9 @@ from pytest_gpuperf.profiling.roofline import (
     normalize_bound,
 )
 from pytest_gpuperf.profiling.roofs import (
-    CACHE_PREFIX,
-    CACHE_VERSION,
     REFRESH_TRIES,
     TRIES,
     RoofProvider,
-    RoofStore,
-    cache_key,
     cpu_llc_bytes,
     dtype_class,
 )

@@ -68,7 +68,7 @@ def test_points_and_roofs_come_from_the_profiling_features_extras() -> None:
 def test_cached_roofs_are_read_from_pytest_cache(tmp_path: Path) -> None:
     import json
 
-    from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, cache_key
+    from pytest_gpuperf.profiling.roof_store import CACHE_PREFIX, cache_key
 
     entry = {
         "compute": {"float32-tf32": {"peak_flops": 4e14}},

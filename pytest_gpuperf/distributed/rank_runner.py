@@ -33,7 +33,7 @@ from pytest_gpuperf.distributed.tasks import (
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.judging.service import CollectingJudging
+    from pytest_gpuperf.judging.collecting import CollectingJudging
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -43,7 +43,8 @@ def rank_judging(task: RankTask) -> CollectingJudging | None:
     metrics instead of judging them (the world is judged once). None in smoke mode."""
     if task.settings is None:
         return None
-    from pytest_gpuperf.judging.service import CollectingJudging, FixedBaselines
+    from pytest_gpuperf.baselines.sources import FixedBaselines
+    from pytest_gpuperf.judging.collecting import CollectingJudging
 
     return CollectingJudging(task.settings, FixedBaselines(task.baseline_entries, task.baseline_fingerprint))
 

@@ -1,6 +1,7 @@
 """Judging: a run's metrics against their baselines (the measuring pipeline's "judge" stage).
 
 * :mod:`.service`: :class:`~.service.Judging`, one per process: entries, tolerances, verdicts, entries to record;
+  :mod:`.collecting`: its variant inside a rank; :mod:`.tolerances`: a metric's tolerance from marker and ini;
 * :mod:`.plan`: how one ``measure()`` call times its step (method, stop rule) from the judged metric's entry;
 * :mod:`.stop_rule`: when the samples can decide against the baseline;
 * :mod:`.compare`: one metric against one entry;

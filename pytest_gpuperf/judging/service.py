@@ -11,7 +11,8 @@ call asks of the baselines, so there is exactly one place that
 * judges metrics (:func:`pytest_gpuperf.judging.compare.judge`) and keeps the verdicts per test;
 * collects the entries ``--gpuperf-update`` writes at the end of the session.
 
-The fixture and the ranks use it through the same methods; the session only relays pytest hooks.
+The fixture and the ranks (:class:`~.collecting.CollectingJudging`) use it through the same methods; the session
+only relays pytest hooks. Tolerances: :mod:`.tolerances`.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.baselines.sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
-from pytest_gpuperf.results import KIND_HOST, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.judging import tolerances
+from pytest_gpuperf.results import KIND_HOST, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.update import BaselineUpdater
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.settings import Settings
 
-__all__ = ["BaselineSource", "CollectingJudging", "Entries", "FileBaselines", "FixedBaselines", "Judging", "Loader"]
+__all__ = ["BaselineSource", "Entries", "FileBaselines", "FixedBaselines", "Judging", "Loader"]
 
 
 def judged_timing_metric(name: str, items: float | None) -> tuple[str, str]:
@@ -87,47 +89,19 @@ class Judging:
         entry = self.entries(context).get(metric_name)
         return entry if isinstance(entry, dict) else None
 
-    # -- tolerances --------------------------------------------------------------------------
+    # -- tolerances (:mod:`.tolerances`) ------------------------------------------------------
     def tolerance(self, context: TestContext, metric_name: str, kind: str) -> float:
-        """Tolerance of one metric: marker per metric, marker per kind, then the ini default.
-
-        A marker value may be a number or a mapping from backend name to number
-        (``time_tolerance={"cuda": 0.15}``); backends it does not name get the default.
-        """
-        per_metric = context.options.get("tolerances") or {}
-        if metric_name in per_metric:
-            return float(per_metric[metric_name])
-
-        def pick(key: str, default: float) -> float:
-            value = context.option(key, default)
-            return float(default if value is None else value)
-
-        if kind == KIND_MEMORY:
-            return pick("memory_tolerance", pick("tolerance", self.settings.memory_tolerance))
-        if kind == KIND_HOST:
-            return pick("host_tolerance", self.settings.host_tolerance)
-        if kind in (KIND_TIME, KIND_THROUGHPUT):
-            return pick("time_tolerance", pick("tolerance", self.settings.time_tolerance_for(context.backend)))
-        return pick("tolerance", self.settings.time_tolerance)
+        """Tolerance of one metric: marker per metric, marker per kind, then the ini default."""
+        return tolerances.tolerance(self.settings, context, metric_name, kind)
 
     def metric_tolerance(self, context: TestContext, metric: Metric) -> float:
         """A metric's own tolerance (set by whoever built it) wins over the marker's per-kind one."""
-        per_metric = context.options.get("tolerances") or {}
-        if metric.tolerance is not None and metric.name not in per_metric:
-            return metric.tolerance
-        return self.tolerance(context, metric.name, metric.kind)
+        return tolerances.metric_tolerance(self.settings, context, metric)
 
     @staticmethod
     def informational(context: TestContext) -> set[str]:
-        """Metrics recorded and shown but never failing, from ``@pytest.mark.gpuperf(informational=...)``.
-
-        Names are full (``step.throughput``) or short (``throughput``, ``bound``); a mapping per
-        backend (``informational={"cuda": ("throughput", "bound")}``) applies to the backends it names.
-        """
-        value = context.option("informational") or ()
-        if isinstance(value, str):
-            value = (value,)
-        return {str(name) for name in value}
+        """Metrics recorded and shown but never failing (``@pytest.mark.gpuperf(informational=...)``)."""
+        return tolerances.informational(context)
 
     # -- verdicts ------------------------------------------------------------------------------
     def judge(self, context: TestContext, metrics: list[Metric]) -> list[Verdict]:
@@ -379,28 +353,3 @@ def _note_single_process(verdict: Verdict) -> None:
         precision = metric.extra.get("precision")
         within = float(precision) if isinstance(precision, (int, float)) else 0.0
         metric.extra.update(noise_facts([float(metric.value)], within, verdict.tolerance or 0.0))
-
-
-class CollectingJudging(Judging):
-    """The service inside a rank: plans against the sent entries, collects metrics; the world is judged once."""
-
-    def __init__(self, settings: Settings, baselines: BaselineSource) -> None:
-        super().__init__(settings, baselines)
-        self.metrics: list[Metric] = []
-
-    def judge(self, context: TestContext, metrics: list[Metric]) -> list[Verdict]:
-        """No verdicts on a rank: every metric is handed back as information."""
-        return [Verdict(metric, "info") for metric in metrics]
-
-    def wants_confirmation(self, verdicts: list[Verdict]) -> bool:
-        """Confirmation is the pytest process's decision."""
-        return False
-
-    def store(self, context: TestContext, verdicts: list[Verdict]) -> None:
-        """Collect the metrics for the pytest process."""
-        self.metrics.extend(v.metric for v in verdicts)
-
-
-def entries_mapping(entries: Mapping[str, Any]) -> Entries:
-    """A plain, picklable copy of a test's entries (to send with a rank task)."""
-    return {str(name): dict(entry) for name, entry in entries.items() if isinstance(entry, Mapping)}

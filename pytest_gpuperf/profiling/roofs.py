@@ -21,7 +21,7 @@ backends use the workloads here:
 Every calibration is the best of :data:`TRIES` timed tries, with the CPU thread count and
 clock the timing loop measures CPU steps with. Results are kept in
 pytest's cache (``config.cache``, under ``.pytest_cache/``, which pytest keeps out of
-git) per hardware fingerprint (plus CPU threads). A roof a step beats is re-measured
+git) per hardware fingerprint (plus CPU threads): :mod:`.roof_store`. A roof a step beats is re-measured
 once per session (:meth:`RoofProvider.refresh`) and the best of old and new is kept,
 so a roof measured during a busy moment heals itself; ``--gpuperf-recalibrate``
 measures everything again.
@@ -30,19 +30,16 @@ measures everything again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.fingerprint import baseline_filename
+from pytest_gpuperf.profiling.roof_store import RoofStore, cache_key
 from pytest_gpuperf.profiling.roofline import DRAM, Roofs
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-CACHE_PREFIX = "gpuperf/roofs/"
-CACHE_VERSION = 3
 TRIES = 5
 #: Tries when a step beat the roof: a roof that was too low gets a more thorough second look.
 REFRESH_TRIES = 3 * TRIES
@@ -59,14 +56,6 @@ def dtype_class(dtype: str, backend: Backend) -> str:
         if torch.backends.cuda.matmul.allow_tf32:
             cls = "float32-tf32"
     return cls if backend.runs_torch else "float32"
-
-
-def cache_key(fingerprint: dict[str, Any]) -> str:
-    """Fingerprint identity as a readable key (the baseline file's stem, plus CPU threads)."""
-    key = baseline_filename(fingerprint).removesuffix(".yaml")
-    if fingerprint.get("threads"):
-        key += f"-t{fingerprint['threads']}"
-    return key
 
 
 def _timed(backend: Backend, fn: Callable[[], object], iters: int) -> float:
@@ -280,62 +269,6 @@ def _torch_roof(backend: Backend, what: str, cls: str, tries: int) -> dict[str, 
     if what == "dram":
         return measure_dram_bandwidth(backend, tries)
     return measure_cache_bandwidth(backend, tries)
-
-
-class RoofStore:
-    """Roof entries in pytest's cache (``config.cache``); in memory only when the cache provider is off."""
-
-    def __init__(self, cache: Any | None) -> None:
-        self.cache = cache
-        self._memory: dict[str, dict[str, Any]] = {}
-
-    @property
-    def where(self) -> str:
-        """Where entries live, for the report."""
-        return "pytest's cache (.pytest_cache/v/gpuperf/roofs/)" if self.cache is not None else "memory only"
-
-    def load(self, key: str, fresh: bool = False) -> dict[str, Any] | None:
-        """The entry of ``key`` (None when missing, broken or of another version); ``fresh``: read the file again."""
-        if key in self._memory and not fresh:
-            return self._memory[key]
-        entry = self.cache.get(CACHE_PREFIX + key, None) if self.cache is not None else None
-        if not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION:
-            return None
-        if not isinstance(entry.get("compute"), dict):
-            return None
-        return entry
-
-    @contextmanager
-    def measuring(self) -> Iterator[None]:
-        """Hold the machine's roof-measuring lock: one process measures, the others (xdist, A/B workers) wait.
-
-        A file lock next to pytest's cache (``.pytest_cache/d/gpuperf-roofs/measure.lock``); in memory only, or
-        where file locks are not available, no lock.
-        """
-        folder = getattr(self.cache, "mkdir", None)  # pytest's Cache has one; an in-memory stand-in has none
-        if folder is None:
-            yield
-            return
-        try:
-            import fcntl
-
-            handle = (Path(folder("gpuperf-roofs")) / "measure.lock").open("a")
-        except (ImportError, OSError):
-            yield
-            return
-        with handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-    def store(self, key: str, entry: dict[str, Any]) -> None:
-        """Keep ``entry`` for ``key`` (pytest's cache writes its JSON file atomically)."""
-        entry["version"] = CACHE_VERSION
-        self._memory[key] = entry
-        if self.cache is not None:
-            self.cache.set(CACHE_PREFIX + key, entry)
 
 
 class RoofProvider:

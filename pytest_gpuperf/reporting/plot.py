@@ -136,7 +136,7 @@ def cached_roofs(root: Path, fingerprint: dict[str, Any], roofs: DeviceRoofs) ->
     """Add the measured roofs for ``fingerprint`` from pytest's cache under ``root`` (``.pytest_cache``)."""
     import json
 
-    from pytest_gpuperf.profiling.roofs import CACHE_PREFIX, cache_key
+    from pytest_gpuperf.profiling.roof_store import CACHE_PREFIX, cache_key
 
     path = root / ".pytest_cache" / "v" / (CACHE_PREFIX + cache_key(fingerprint))
     try:
