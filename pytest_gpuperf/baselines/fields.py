@@ -29,6 +29,8 @@ KINDS_POSITIVE = ("time", "throughput", "cycles")
 #: Kinds whose value is checked as a number >= 0 (a peak memory, a host overhead).
 KINDS_NON_NEGATIVE = ("memory", "host")
 BETTER = ("lower", "higher", "equal")
+#: Most samples read per metric: a baseline keeps about 30; more is a broken or hostile file.
+MAX_SAMPLES = 1000
 #: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
 MAX_WORD = 64
 
@@ -90,8 +92,6 @@ def _value(value: Any, entry: dict[str, Any]) -> None:
 
 
 def _samples(value: Any, entry: dict[str, Any]) -> None:
-    from pytest_gpuperf.baselines.schema import MAX_SAMPLES
-
     if not isinstance(value, list):
         raise NumberError(f"samples must be a list of numbers, got {type(value).__name__}")
     if len(value) > MAX_SAMPLES:

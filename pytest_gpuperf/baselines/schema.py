@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.baselines.fields import MAX_SAMPLES
+
 SCHEMA_VERSION = 1
-#: Most samples read per metric: a baseline keeps about 30; more is a broken or hostile file.
-MAX_SAMPLES = 1000
 #: Largest baseline file read (a 1,000-test file is about 1 MB).
 MAX_FILE_BYTES = 32 * 1024 * 1024
 #: Fields of the drift probe, which is gone: read and dropped.
