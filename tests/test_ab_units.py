@@ -281,7 +281,7 @@ def test_terminal_and_markdown_sections_show_both_sides() -> None:
     assert "A = origin/main (0123456789ab)" in text and "REGRESSION" in text and "+50.0%" in text
     assert "new (only in the working tree): t.py::test_new[cpu]" in text
     assert "removed (only in origin/main): t.py::test_old[cpu]" in text
-    assert "WARNING: compiled extension" in text and "cost per test: A 3.0 s, B 3.5 s" in text
+    assert "WARNING: compiled extension" in text and "workers measured A 3.0 s, B 3.5 s" in text
     markdown = "\n".join(markdown_lines(_summary()))
     assert markdown.startswith("### A/B against `origin/main` (`0123456789ab`): 1 REGRESSION")
     row = "| `t.py::test_x[cpu]` | time | 1.00 s | 1.50 s | +50.0% | +50%, +50% | 25% | :red_circle: REGRESSION |"
@@ -299,15 +299,30 @@ class FakeRunner:
             return Side(name, Path("/r"), Path("/r"), Path("/r"), {}, ["/r/t.py"])
 
         self.calls: list[tuple[str, int, tuple[str, ...]]] = []
+        #: ("spawn" | "stop", side, pair), in order: when each worker was started ahead, and which were stopped.
+        self.events: list[tuple[str, str, int]] = []
         runner = self
+
+        class Warm:
+            def __init__(self, side: str, pair: int) -> None:
+                self.side, self.pair = side, pair
+
+            def stop(self) -> None:
+                runner.events.append(("stop", self.side, self.pair))
 
         class Runner(AbRunner):
             def install_worker_plugin(self) -> Path:
                 return Path("/unused")
 
-            def start(self, side, pair, selected, full_scope=True):  # type: ignore[no-untyped-def]
+            def spawn(self, side, pair, selected, full_scope=True):  # type: ignore[no-untyped-def]
+                runner.events.append(("spawn", side.name, pair))
+                return Warm(side.name, pair)
+
+            def finish(self, warm, side, pair, selected):  # type: ignore[no-untyped-def]
                 from pytest_gpuperf.ab.runner import WorkerRun
 
+                assert (warm.side, warm.pair) == (side.name, pair)
+                runner.events.append(("run", side.name, pair))
                 runner.calls.append((side.name, pair, tuple(selected)))
                 index = sum(1 for c in runner.calls if c[0] == side.name) - 1
                 tests = {}
@@ -340,6 +355,14 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     assert noisy.status == "unchanged" and len(noisy.b_values) == 3  # the third B process matched the best
     assert outcome.evidence["t.py::new"].last_payload("B") is not None
     assert outcome.cost("A") == pytest.approx(3.0 / 5)
+    # every worker was started while the one before it measured; the one started for a fourth pair nobody
+    # needed (both tests decided after three) was stopped without running
+    runs = [e for e in fake.events if e[0] == "run"]
+    for i, event in enumerate(runs[:-1]):
+        following = runs[i + 1]
+        assert fake.events.index(("spawn", *following[1:])) < fake.events.index(event)
+    assert ("spawn", "B", 3) in fake.events and ("run", "B", 3) not in fake.events
+    assert fake.events[-1][0] == "stop" and len([e for e in fake.events if e[0] == "stop"]) == 7
 
 
 def test_worker_plugin_reports_project_packages_loaded_from_outside_its_side(

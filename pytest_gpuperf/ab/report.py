@@ -70,11 +70,16 @@ def how_line(summary: dict[str, Any], ref: str | None = None) -> str:
 
 
 def cost_line(summary: dict[str, Any]) -> str:
-    """Worker seconds per test and side ('' when nothing ran here)."""
+    """What A/B cost per test: wall time of all rounds, and each side's measuring ('' when nothing ran here)."""
     cost = summary.get("cost_per_test_s") or {}
     if not cost or not (cost.get("A") or cost.get("B")):
         return ""
-    return f"cost per test: A {cost['A']:.1f} s, B {cost['B']:.1f} s of worker wall time (start-up included)"
+    wall = summary.get("wall_per_test_s") or 0.0
+    head = f"cost per test: {wall:.1f} s of wall time, " if wall else "cost per test: "
+    return (
+        f"{head}of which workers measured A {cost['A']:.1f} s, B {cost['B']:.1f} s "
+        "(each worker started up while the one before it measured)"
+    )
 
 
 def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
-from pytest_gpuperf.distributed.guard import run_guarded
+from pytest_gpuperf.distributed.guard import popen_guarded, stop_guarded
 
 WORKER_MODULE = "_gpuperf_ab_worker"
 OUTPUT_TAIL = 3000
@@ -135,12 +136,87 @@ class AbOutcome:
     removed: list[str] = field(default_factory=list)
     runs: list[WorkerRun] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    #: Wall seconds of all rounds, start-ups included.
+    wall_s: float = 0.0
+
+    def per_test(self) -> float:
+        """Wall seconds of all rounds per test measured (what A/B added to the run, per test)."""
+        return self.wall_s / len(self.evidence) if self.evidence else 0.0
 
     def cost(self, side: str) -> float:
-        """Wall seconds of ``side``'s worker processes per test they ran (start-up included)."""
+        """Seconds ``side``'s workers measured per test they ran (from being told to run to their results; their
+        start-up overlapped the other side's measuring before that)."""
         runs = [r for r in self.runs if r.side == side and r.tests]
         tests = sum(r.tests for r in runs)
         return sum(r.seconds for r in runs) / tests if tests else 0.0
+
+
+#: Set in a worker's environment: it waits on stdin after collecting, for "go" (run) or anything else (exit).
+GATE_ENV = "GPUPERF_AB_GATE"
+#: The line a worker prints once its results file is written (it may take a while longer to exit).
+DONE_LINE = "GPUPERF_AB_DONE"
+
+
+@dataclass
+class WarmWorker:
+    """A started worker process waiting to be told its tests; its output is read by a thread as it comes."""
+
+    side: Side
+    pair: int
+    proc: subprocess.Popen[str]
+    select: Path
+    out: Path
+    lines: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, name=f"gpuperf-ab-{self.side.name}{self.pair}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.strip() == DONE_LINE:
+                self.done.set()
+        self.done.set()  # end of output: it exited
+
+    def output(self) -> str:
+        """What the worker printed so far."""
+        return "".join(line for line in self.lines if line.strip() != DONE_LINE)
+
+    def _tell(self, word: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(word + "\n")
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass  # it exited already (a collection error, say): its output says why
+
+    def release(self, timeout: float) -> bool:
+        """Tell it to run and wait for its results (not for its exit); False when it ran past ``timeout``."""
+        self._tell("go")
+        if self.done.wait(timeout):
+            return True
+        self.kill()
+        return False
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the process to exit (killed after ``timeout``) and for its output."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._reader.join(5.0)
+
+    def stop(self) -> None:
+        """Let an unused worker exit (it is told to), or wait for one that already ran; then it is reaped."""
+        self._tell("stop")
+        self.wait(60.0)
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its guard's group), and reap it."""
+        stop_guarded(self.proc)
 
 
 @dataclass
@@ -157,6 +233,7 @@ class AbRunner:
     #: pytest cache folder the workers of both sides share (roofs measured once, the same roofs for A and B);
     #: None: workers run without a cache.
     cache_dir: Path | None = None
+    _spawned: list[WarmWorker] = field(default_factory=list, repr=False)
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
         """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``."""
@@ -182,47 +259,70 @@ class AbRunner:
         shutil.copyfile(Path(__file__).with_name("worker_plugin.py"), folder / f"{WORKER_MODULE}.py")
         return folder
 
-    def start(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WorkerRun:
-        """Run one worker of ``side`` on ``selected`` and read back its results.
+    def _scope(self, side: Side, pair: int, selected: list[str], full_scope: bool) -> list[str]:
+        """What a worker collects: the controller's whole scope in the first pair (and a scan, pair -1), so tests
+        only on one side are found; later pairs, and runs without ``full_scope``, only the selected tests' files."""
+        files = {n.split("::", 1)[0] for n in selected}
+        scope = side.scope if pair <= 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
+        return [s for s in scope if Path(s.split("::", 1)[0]).exists()]
 
-        The first pair (and a scan, pair -1) collects the controller's whole scope (so tests only on one side are
-        found);
-        later pairs, and runs without ``full_scope``, collect only the files of the selected tests.
+    def spawn(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WarmWorker | None:
+        """Start a worker of ``side`` that starts up (Python, pytest, imports, collection, CUDA) and then waits.
+
+        It measures nothing until :meth:`finish` tells it which tests to run, so its start-up overlaps the other
+        side's measuring. ``selected``: every test it may be asked for (its files are collected); None when
+        there is nothing to collect.
         """
         stem = self.scratch / f"{side.name}{pair}"
         select, out = stem.with_suffix(".select.json"), stem.with_suffix(".out.json")
-        select.write_text(json.dumps(selected), encoding="utf-8")
+        select.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
-        files = {n.split("::", 1)[0] for n in selected}
-        scope = side.scope if pair <= 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
-        scope = [s for s in scope if Path(s.split("::", 1)[0]).exists()]
-        env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out)}
-        began = time.perf_counter()
-        run = WorkerRun(side.name, pair, 0.0, 0)
+        scope = self._scope(side, pair, selected, full_scope)
         if not scope:
-            run.data = {"collected": [], "tests": {}}
-            return run
-        code, output, timed_out = run_guarded(  # the worker and all it starts die with this pytest (guard.py)
+            return None
+        env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out), GATE_ENV: "1"}
+        proc = popen_guarded(  # the worker and all it starts die with this pytest (guard.py)
             self.worker_command(side, scope),
-            timeout=self.timeout,
             cwd=side.cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        output = output or ""
-        if timed_out:
-            output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
+        return WarmWorker(side, pair, proc, select, out)
+
+    def finish(self, warm: WarmWorker | None, side: Side, pair: int, selected: list[str]) -> WorkerRun:
+        """Tell a spawned worker to run ``selected`` and read back its results (its exit is waited for later)."""
+        run = WorkerRun(side.name, pair, 0.0, 0)
+        if warm is None:
+            run.data = {"collected": [], "tests": {}}
+            return run
+        warm.select.write_text(json.dumps(selected), encoding="utf-8")
+        began = time.perf_counter()
+        finished = warm.release(self.timeout)
         run.seconds = time.perf_counter() - began
+        output, code = warm.output(), warm.proc.returncode
+        if not finished:
+            output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
         try:
-            run.data = json.loads(out.read_text(encoding="utf-8"))
+            run.data = json.loads(warm.out.read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            warm.wait(self.timeout)
+            output, code = warm.output(), warm.proc.returncode
             run.error = f"{side.name} worker (exit {code}) wrote no results:\n{output[-OUTPUT_TAIL:]}"
             run.data = {"collected": [], "tests": {}}
         run.tests = sum(1 for t in run.data.get("tests", {}).values() if t.get("outcome") != "not run")
         return run
+
+    def start(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WorkerRun:
+        """Run one worker of ``side`` on ``selected`` now and read back its results (see :meth:`spawn`)."""
+        warm = self.spawn(side, pair, selected, full_scope)
+        try:
+            return self.finish(warm, side, pair, selected)
+        finally:
+            if warm is not None:
+                warm.wait(self.timeout)
 
     def run(self, nodeids: list[str], full_scope: bool = True) -> AbOutcome:
         """All round pairs for ``nodeids`` (the working tree's perf tests); see the module docstring.
@@ -231,13 +331,43 @@ class AbRunner:
         """
         self.install_worker_plugin()
         outcome = AbOutcome()
+        started = time.perf_counter()
+        try:
+            self._rounds(nodeids, full_scope, outcome)
+        finally:
+            for warm in self._spawned:
+                warm.stop()  # a prestarted worker no round needed, and the exits of the others
+            self._spawned = []
+        outcome.wall_s = time.perf_counter() - started
+        return outcome
+
+    def _order(self, pair: int) -> tuple[Side, Side]:
+        return (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
+
+    def _rounds(self, nodeids: list[str], full_scope: bool, outcome: AbOutcome) -> None:
+        """The round pairs, each worker spawned while the one before it measures (one ahead)."""
         evidence = outcome.evidence
         pending = list(nodeids)
+        schedule = [(pair, side) for pair in range(self.max_processes) for side in self._order(pair)]
+        ahead: dict[int, WarmWorker | None] = {}
+
+        def warm_for(index: int) -> WarmWorker | None:
+            if index not in ahead and index < len(schedule):
+                pair, side = schedule[index]
+                ahead[index] = self.spawn(side, pair, pending, full_scope)
+                if ahead[index] is not None:
+                    self._spawned.append(ahead[index])  # type: ignore[arg-type]
+            return ahead.get(index)
+
         pair = 0
         while pending and pair < self.max_processes:
-            order = (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
-            runs = {side.name: self.start(side, pair, pending, full_scope) for side in order}
-            outcome.runs += [runs[s.name] for s in order]
+            runs: dict[str, WorkerRun] = {}
+            for offset, side in enumerate(self._order(pair)):
+                index = 2 * pair + offset
+                warm = warm_for(index)
+                warm_for(index + 1)  # the next worker starts up while this one measures (stopped if not needed)
+                runs[side.name] = self.finish(warm, side, pair, pending)
+            outcome.runs += [runs[s.name] for s in self._order(pair)]
             if pair == 0:
                 a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], nodeids)
                 b_has = set(runs["B"].data.get("collected", []))
@@ -268,7 +398,6 @@ class AbRunner:
             if run.side == "B" and run.pair == 0:
                 for nodeid in outcome.new:
                     evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(_entry(run, nodeid))
-        return outcome
 
     def scan(self) -> tuple[list[str], list[str]] | None:
         """Both sides' perf tests by collection alone (nothing runs): ``(new, removed)``, None when A failed.

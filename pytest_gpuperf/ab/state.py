@@ -154,6 +154,7 @@ class AbState:
             self.outcome.evidence.update(outcome.evidence)
             self.outcome.new += outcome.new
             self.outcome.runs += outcome.runs
+            self.outcome.wall_s += outcome.wall_s
             self.outcome.leaks += [x for x in outcome.leaks if x not in self.outcome.leaks]
 
     def apply(self, item: pytest.Function) -> bool | None:
@@ -227,6 +228,7 @@ class AbState:
             },
             "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
             "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
+            "wall_per_test_s": outcome.per_test() if outcome else 0.0,
             "worker_errors": [r.error for r in runs if r.error][:4],
         }
 

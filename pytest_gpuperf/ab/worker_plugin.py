@@ -24,6 +24,39 @@ from typing import Any
 import pytest
 
 _STATE: dict[str, Any] = {"collected": [], "tests": {}, "leaks": [], "collect_errors": {}, "started": time.time()}
+#: ``GPUPERF_AB_GATE`` set: the runner started this worker ahead of its turn. It waits after collecting for a
+#: line on stdin ("go": run the tests the select file names; anything else: exit) and prints ``GPUPERF_AB_DONE``
+#: once its results are written. pytest's capture replaces fds 0 and 1 while it collects and runs, so both are
+#: duplicated now, when ``-p`` imports this plugin, before capturing starts.
+GATED = bool(os.environ.get("GPUPERF_AB_GATE"))
+_GATE_IN = os.dup(0) if GATED else -1
+_DONE_OUT = os.dup(1) if GATED else -1
+
+
+def _warm_up_cuda() -> None:
+    """Create this process's CUDA context while it waits (the other side is measuring meanwhile)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")
+    except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the test itself, with its reason
+        pass
+
+
+def _wait_for_turn() -> bool:
+    """Block until the runner says go (True) or to exit (False, also when the runner went away)."""
+    _warm_up_cuda()
+    word = b""
+    while not word.endswith(b"\n"):
+        chunk = os.read(_GATE_IN, 64)
+        if not chunk:
+            break
+        word += chunk
+    return word.strip() == b"go"
+
+
 _RAISED: set[tuple[str, str]] = set()
 PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
 
@@ -37,6 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Keep only the selected perf tests; remember every perf test this side has (after -k/-m)."""
     perf = [item for item in items if _is_perf(item)]
     _STATE["collected"] = [item.nodeid for item in perf]
+    if GATED and not _wait_for_turn():
+        items[:] = []
+        pytest.exit("A/B worker not needed: the verdicts were decided without it", returncode=0)
     select_file = os.environ.get("GPUPERF_AB_SELECT")
     selected = set(json.loads(Path(select_file).read_text(encoding="utf-8"))) if select_file else set()
     keep = [item for item in perf if item.nodeid in selected]
@@ -105,3 +141,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(_STATE, default=str), encoding="utf-8")
     partial.replace(path)
+    if GATED:
+        os.write(_DONE_OUT, b"\nGPUPERF_AB_DONE\n")  # the runner goes on; this process may take a while to exit
