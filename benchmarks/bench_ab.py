@@ -54,14 +54,16 @@ def gemm_inputs(device):
 def gemm(a, b):
     return a @ b
 '''
-TEST = """import torch
+TEST = """import pytest
+import torch
 
 import mylib
 
 torch.set_num_threads(1)  # one thread on a shared CI runner (see docs/PERFORMANCE.md)
 
 
-def test_step(gpuperf):
+@pytest.mark.parametrize("i", range({tests}))
+def test_step(gpuperf, i):
     if gpuperf.backend_name == "cpu":
         a = torch.randn(96, 96, generator=torch.Generator().manual_seed(0)) / 10
         gpuperf.measure(lambda: mylib.cpu_step(a), items=96, unit="rows")
@@ -73,7 +75,7 @@ CASES = {
     "cpu": {"unchanged": (10, 4096), "slower": (15, 4096), "faster": (8, 4096)},
     "cuda": {"unchanged": (10, 4096), "slower": (10, 4480), "faster": (10, 3264)},
 }
-NODE = "test_perf.py::test_step[{device}]"
+NODE = "test_perf.py::test_step[0-{device}]"
 
 
 def git(root: Path, *args: str) -> str:
@@ -82,12 +84,12 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def make_repo(root: Path, device: str) -> None:
+def make_repo(root: Path, device: str, tests: int = 1) -> None:
     """The committed repository at its base state."""
     root.mkdir(parents=True)
     work, k = CASES[device]["unchanged"]
     (root / "mylib.py").write_text(LIB.format(work=work, k=k))
-    (root / "test_perf.py").write_text(TEST)
+    (root / "test_perf.py").write_text(TEST.format(tests=tests))
     (root / ".gitignore").write_text("stored/\nempty/\n*.json\n")
     git(root, "init", "-q")
     git(root, "add", ".")
@@ -122,6 +124,8 @@ def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: 
                 row.update(change=metric["ratio"], a=metric["a_values"], b=metric["b_values"], pairs=metric["pairs"])
                 row["message"] = metric["message"]
             row["cost_per_test_s"] = gp["ab"].get("cost_per_test_s")
+            row["wall_per_test_s"] = gp["ab"].get("wall_per_test_s")
+            row["processes"] = gp["ab"].get("processes")
     else:
         test = next((t for t in gp.get("tests", []) if t["nodeid"] == node), None)
         if test:
@@ -174,12 +178,13 @@ def main() -> int:
     parser.add_argument("--ab-max-time", default="0.5", help="--gpuperf-ab-max-time of the A/B runs")
     parser.add_argument("--out", default="", help="write every observation to this JSON file")
     parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
+    parser.add_argument("--tests", type=int, default=1, help="perf tests in the file (the same step, parametrized)")
     args = parser.parse_args()
     node = NODE.format(device=args.device)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
         root = Path(tmp) / "repo"
-        make_repo(root, args.device)
+        make_repo(root, args.device, args.tests)
         report = Path(tmp) / "report.json"
         modes = args.modes.split(",")
         if "stored" in modes:
@@ -220,7 +225,16 @@ def main() -> int:
     if costs:
         a = statistics.median(c["A"] for c in costs)
         b = statistics.median(c["B"] for c in costs)
-        print(f"A/B worker cost per test (median over runs): A {a:.1f} s, B {b:.1f} s (process start-up included)")
+        walls = [r["wall_per_test_s"] for r in rows if r.get("wall_per_test_s")]
+        wall = f"{statistics.median(walls):.1f} s of A/B wall time, " if walls else ""
+        print(f"A/B cost per test (median over runs): {wall}workers measuring A {a:.1f} s, B {b:.1f} s")
+        procs = [r["processes"] for r in rows if r.get("processes")]
+        if procs:
+            print("worker processes per run (A+B): " + ", ".join(str(p["A"] + p["B"]) for p in procs))
+    for mode in ("ab", "stored"):
+        walls = [r["wall_s"] for r in rows if r["mode"] == mode]
+        if walls:
+            print(f"{mode}: median {statistics.median(walls):.1f} s per pytest run of {args.tests} test(s)")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

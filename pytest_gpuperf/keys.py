@@ -18,3 +18,7 @@ BACKEND_KEY = pytest.StashKey["Backend"]()
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 #: The session's fresh-process replica workers (started on first use by the distributed feature).
 REPLICAS_KEY = pytest.StashKey[Any]()  # a distributed.replicate.ReplicaPool
+
+#: ``always`` in a process's environment: classify every step, measuring roofs the cache lacks even when no verdict
+#: of that process needs them (A/B workers: the controller compares A's bound class with B's).
+ROOFS_ENV = "GPUPERF_ROOFS"

@@ -23,6 +23,7 @@ from typing import Any
 from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
 from pytest_gpuperf.distributed.guard import popen_guarded, stop_guarded
+from pytest_gpuperf.keys import ROOFS_ENV
 
 WORKER_MODULE = "_gpuperf_ab_worker"
 OUTPUT_TAIL = 3000
@@ -442,6 +443,7 @@ def child_env(base: dict[str, str], pythonpath: str, foreign_root: Path | None, 
     env = {k: v for k, v in base.items() if not k.startswith("PYTEST_XDIST_") and k != "GITHUB_STEP_SUMMARY"}
     env["PYTHONPATH"] = pythonpath
     env["GPUPERF_AB_SIDE_ROOT"] = str(own_root)
+    env[ROOFS_ENV] = "always"  # A and B compare their bound classes: both classify, against the shared roofs
     if foreign_root is not None:
         env["GPUPERF_AB_FOREIGN_ROOT"] = str(foreign_root)
     else:

@@ -45,6 +45,8 @@ class ProfilingSettings:
     invocation_dir: Path | None = None
     inifile: Path | None = None
     invocation_args: tuple[str, ...] = ()
+    #: Classify every step, measuring missing roofs whatever the verdicts need (``GPUPERF_ROOFS=always``).
+    roofs_always: bool = False
 
 
 def profile_requested(item: pytest.Item, settings: ProfilingSettings) -> bool:
@@ -127,11 +129,14 @@ class ProfilingExtension:
 
         It does when the class is recorded (``--gpuperf-update``), judged (the baseline holds one), asserted
         (``bound=``), compared with ncu's or shown with a trace, or when the roofs were asked to be measured
-        (``--gpuperf-recalibrate``). Otherwise cached roofs are used when there are some, and none are measured.
+        (``--gpuperf-recalibrate``), or when the process is told to (``GPUPERF_ROOFS=always``: an A/B worker,
+        whose class the controller compares with the other side's). Otherwise cached roofs are used when there
+        are some, and none are measured.
         """
         settings = getattr(context.judging, "settings", None)
         return (
-            bool(getattr(settings, "update", False))
+            self.settings.roofs_always
+            or bool(getattr(settings, "update", False))
             or baseline_bound is not None
             or context.handle.options.get("bound") is not None
             or self.roofs.recalibrate

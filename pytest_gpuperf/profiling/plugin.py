@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.keys import ROOFS_ENV, SESSION_KEY
 from pytest_gpuperf.profiling.records import (
     ARTIFACT_PROPERTY,
     PROFILE_KEY,
@@ -120,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
         invocation_dir=config.invocation_params.dir,
         inifile=config.inipath,
         invocation_args=tuple(str(a) for a in config.invocation_params.args),
+        roofs_always=os.environ.get(ROOFS_ENV, "") == "always",
     )
     store = RoofStore(getattr(config, "cache", None))
     roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
