@@ -234,6 +234,7 @@ def test_worker_environment_and_scope(tmp_path: Path) -> None:
     base = {"PYTEST_XDIST_WORKER": "gw0", "GITHUB_STEP_SUMMARY": "/x", "KEEP": "1", "GPUPERF_AB_FOREIGN_ROOT": "/y"}
     env = child_env(base, "/a:/b", None, tmp_path)
     assert env["PYTHONPATH"] == "/a:/b" and env["KEEP"] == "1"
+    assert env["GPUPERF_ROOFS"] == "always"  # both sides classify their steps, so A/B compares bound classes
     for dropped in ("PYTEST_XDIST_WORKER", "GITHUB_STEP_SUMMARY", "GPUPERF_AB_FOREIGN_ROOT"):
         assert dropped not in env
     tree = tmp_path.resolve()
@@ -441,3 +442,28 @@ def test_ab_judges_cycles_when_the_processes_ran_at_different_sm_clocks() -> Non
     memory.b = [_clocked(1e-3, 1700, "memory-bound"), _clocked(1e-3, 1980, "memory-bound")]
     verdict = judge_evidence(memory, final=True)[0]
     assert verdict.status == "unchanged" and "cycles" not in verdict.message
+
+
+def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(tmp_path: Path) -> None:
+    """The worker plugin in a real pytest process: started ahead, it collects, waits on stdin, and after "go"
+    runs only the tests the select file names; "stop" makes it exit without running anything."""
+    from pytest_gpuperf.ab.runner import AbRunner, Side
+
+    (tmp_path / "test_w.py").write_text("def test_a(gpuperf):\n    pass\n\ndef test_b(gpuperf):\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), *sys.path])}
+    env.pop("PYTEST_ADDOPTS", None)
+    side = Side("B", tmp_path, tmp_path, tmp_path, env, [str(tmp_path / "test_w.py")])
+    runner = AbRunner(side, side, ["--gpuperf-backend", "cpu", "-p", "no:randomly"], scratch=tmp_path, timeout=300)
+    runner.install_worker_plugin()
+    unused = runner.spawn(side, 1, ["test_w.py::test_a[cpu]"])
+    warm = runner.spawn(side, 0, ["test_w.py::test_a[cpu]"])
+    assert warm is not None and unused is not None
+    run = runner.finish(warm, side, 0, ["test_w.py::test_b[cpu]"])
+    assert run.error is None, run.error
+    assert set(run.data["collected"]) == {"test_w.py::test_a[cpu]", "test_w.py::test_b[cpu]"}
+    outcomes = {n: t["outcome"] for n, t in run.data["tests"].items()}
+    assert outcomes == {"test_w.py::test_b[cpu]": "passed"}  # only what it was told, once told
+    warm.wait(60)
+    unused.stop()
+    assert unused.proc.returncode == 0 and not unused.out.exists()  # stopped before running: no results
+    assert "A/B worker not needed" in unused.output()

@@ -72,6 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _STATE["collected"] = [item.nodeid for item in perf]
     if GATED and not _wait_for_turn():
         items[:] = []
+        _STATE["stopped"] = True
         pytest.exit("A/B worker not needed: the verdicts were decided without it", returncode=0)
     select_file = os.environ.get("GPUPERF_AB_SELECT")
     selected = set(json.loads(Path(select_file).read_text(encoding="utf-8"))) if select_file else set()
@@ -132,7 +133,7 @@ def _leaks() -> list[str]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the results file (atomically: a reader never sees half of it)."""
     out = os.environ.get("GPUPERF_AB_OUT")
-    if not out:
+    if not out or _STATE.get("stopped"):
         return
     _STATE["leaks"] = _leaks()
     _STATE["seconds"] = time.time() - _STATE["started"]
