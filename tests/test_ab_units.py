@@ -444,6 +444,7 @@ def test_ab_judges_cycles_when_the_processes_ran_at_different_sm_clocks() -> Non
     assert verdict.status == "unchanged" and "cycles" not in verdict.message
 
 
+@pytest.mark.e2e
 def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(tmp_path: Path) -> None:
     """The worker plugin in a real pytest process: started ahead, it collects, waits on stdin, and after "go"
     runs only the tests the select file names; "stop" makes it exit without running anything."""

@@ -320,10 +320,14 @@ class AbRunner:
         """Run one worker of ``side`` on ``selected`` now and read back its results (see :meth:`spawn`)."""
         warm = self.spawn(side, pair, selected, full_scope)
         try:
-            return self.finish(warm, side, pair, selected)
-        finally:
+            run = self.finish(warm, side, pair, selected)
+        except BaseException:
             if warm is not None:
-                warm.wait(self.timeout)
+                warm.kill()
+            raise
+        if warm is not None:
+            warm.wait(self.timeout)
+        return run
 
     def run(self, nodeids: list[str], full_scope: bool = True) -> AbOutcome:
         """All round pairs for ``nodeids`` (the working tree's perf tests); see the module docstring.
@@ -335,9 +339,14 @@ class AbRunner:
         started = time.perf_counter()
         try:
             self._rounds(nodeids, full_scope, outcome)
-        finally:
+        except BaseException:  # Ctrl-C, a signal, an error: every worker and what it started goes, now
+            for warm in self._spawned:
+                warm.kill()
+            raise
+        else:
             for warm in self._spawned:
                 warm.stop()  # a prestarted worker no round needed, and the exits of the others
+        finally:
             self._spawned = []
         outcome.wall_s = time.perf_counter() - started
         return outcome
