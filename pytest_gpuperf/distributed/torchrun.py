@@ -136,6 +136,11 @@ class TorchrunRunner:
         limit = float(timeout or self.timeout)
         run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
         stem = name or path.stem
+        from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, name_problem
+
+        problem = name_problem(stem, "name", MAX_METRIC_NAME - 40)
+        if problem:
+            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun.run(): {problem}", pytrace=False)
         returncode, output, report, seconds = self._launch(command, run_env, limit, path, nproc_per_node)
         metrics = script_metrics(report, stem, imbalance_tolerance(self.handle))
         if record:
