@@ -83,47 +83,27 @@ def measure_device_time(
     """Fill ``result`` with device-time samples of ``step`` (module doc); graph, profiler and NVML injectable."""
     watch = watch if watch is not None else _default_watch()
     with watch.recording(result):
-        _sample(
-            backend, step, config, result, stop_rule, deadline, floor, guard, warm, capture, kernel_sums, watch, now
-        )
+        iters = result.iters_per_sample
+        per_call = max(warm.per_call, warm.wall_per_call)
+        taken = [0]
 
+        def eager() -> float:
+            value = guard.take(lambda: backend.time_block(step, iters) / iters, may_retake=lambda: now() < deadline)
+            taken[0] += 1
+            if taken[0] % CLOCK_EVERY == 0:
+                watch.read()
+            return value
 
-def _sample(
-    backend: Backend,
-    step: Callable[[], object],
-    config: MeasureConfig,
-    result: TimingResult,
-    stop_rule: StopCheck | None,
-    deadline: float,
-    floor: int,
-    guard: ContentionGuard,
-    warm: WarmupResult,
-    capture: Capture,
-    kernel_sums: KernelSums,
-    watch: ClockWatch,
-    now: Callable[[], float],
-) -> None:
-    iters = result.iters_per_sample
-    per_call = max(warm.per_call, warm.wall_per_call)
-    taken = [0]
-
-    def eager() -> float:
-        value = guard.take(lambda: backend.time_block(step, iters) / iters, may_retake=lambda: now() < deadline)
-        taken[0] += 1
-        if taken[0] % CLOCK_EVERY == 0:
-            watch.read()
-        return value
-
-    graph, reason = None, "--gpuperf-cuda-graph off"
-    if config.cuda_graph != "off":
-        if counted(config) or (iters + 3) * per_call <= config.max_time / 2:
-            graph, reason = capture(step, iters)
+        graph, reason = None, "--gpuperf-cuda-graph off"
+        if config.cuda_graph != "off":
+            if counted(config) or (iters + 3) * per_call <= config.max_time / 2:
+                graph, reason = capture(step, iters)
+            else:
+                reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
+        if graph is not None:
+            _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now, watch)
         else:
-            reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
-    if graph is not None:
-        _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now, watch)
-    else:
-        _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now, watch)
+            _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now, watch)
 
 
 def _graph_samples(
