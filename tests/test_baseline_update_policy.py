@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.baselines import BaselineFile, parse_baseline_text, render_baseline
-from pytest_gpuperf.baselines.update import BaselineUpdater, decide, entries_for
+from pytest_gpuperf.baselines.update import BaselineUpdater, decide, entries_for, plan
 from pytest_gpuperf.results import Metric, Verdict
 
 
@@ -54,9 +54,68 @@ def test_an_unmoved_family_is_kept_and_a_moved_one_is_rewritten_as_a_whole() -> 
     kept = decide(same, read, entries_for(same), "cpu")
     assert set(kept) == {"step.time", "step.throughput", "step.flop_rate", "step.peak_memory"}
     assert kept["step.throughput"].status == "unchanged"
-    slower = timing(3.0)
-    kept = decide(slower, read, entries_for(slower), "cpu")
+    faster = timing(0.3)
+    kept = decide(faster, read, entries_for(faster), "cpu")
     assert set(kept) == {"step.peak_memory"}  # time, throughput and the derived rate move together
+    slower = timing(3.0)
+    kept = decide(slower, read, entries_for(slower), "cpu", accept_slower=True)
+    assert set(kept) == {"step.peak_memory"}
+
+
+def test_a_slower_timing_keeps_its_stored_entry_unless_accepted_so_a_rerecord_never_loosens_the_gate() -> None:
+    _, read = stored_and_read(timing(1.0))
+    slower = timing(1.6)
+    decisions = plan(slower, read, entries_for(slower), "cpu")
+    assert decisions["step.throughput"].keep and decisions["step.throughput"].why == "looser"
+    assert decisions["step.throughput"].verdict.status == "regression"  # the comparison the summary lists
+    assert all(d.keep for d in decisions.values())  # the family and the unmoved memory stay
+    accepted = plan(slower, read, entries_for(slower), "cpu", accept_slower=True)
+    assert not accepted["step.throughput"].keep and accepted["step.throughput"].why == "moved"
+    more_memory = [*timing(1.0)[:3], Metric("step.peak_memory", 8_000_000, "B", "lower", "memory", tolerance=0.05)]
+    assert not plan(more_memory, read, entries_for(more_memory), "cpu")["step.peak_memory"].keep  # not a timing
+
+
+def test_an_entry_whose_recorded_spread_cannot_judge_its_tolerance_is_replaced_by_a_rerecord() -> None:
+    noisy = timing(1.0)
+    for metric in noisy[:2]:
+        metric.extra.update(processes=3, process_spread=0.49)
+    _, read = stored_and_read(noisy)
+    again = timing(1.0)  # unchanged code: within tolerance, yet the stored entry decides nothing
+    for metric in again[:2]:
+        metric.extra.update(processes=3, process_spread=0.02)
+    decisions = plan(again, read, entries_for(again), "cpu")
+    assert decisions["step.throughput"].why == "undecidable" and not decisions["step.throughput"].keep
+    assert "spread between processes (49%) was wider than its 5% tolerance" in decisions["step.throughput"].detail
+    assert decisions["step.peak_memory"].keep
+
+
+def test_an_entry_recorded_from_fewer_processes_is_rewritten_once_with_the_new_spread() -> None:
+    _, read = stored_and_read(timing(1.0))  # no processes field: one process
+    again = timing(1.0)
+    for metric in again[:2]:
+        metric.extra.update(processes=3, process_spread=0.01)
+    decisions = plan(again, read, entries_for(again), "cpu")
+    assert decisions["step.throughput"].why == "processes" and not decisions["step.throughput"].keep
+    _, reread = stored_and_read(again)
+    assert all(d.keep for d in plan(again, reread, entries_for(again), "cpu").values())
+
+
+def test_informational_entries_are_kept_unless_new_or_a_judged_entry_of_the_test_is_rewritten() -> None:
+    def metrics(roof: float, memory: int = 4096) -> list[Metric]:
+        share = Metric("other.roof_share", roof, "", "higher", "custom", judged=False, tolerance=0.05)
+        rank = Metric("rank0.x.tokens_per_s", 100 * roof, "tokens/s", "higher", "throughput", judged=False)
+        return [*timing(1.0)[:3], Metric("step.peak_memory", memory, "B", "lower", "memory", tolerance=0.05),
+                share, rank]  # fmt: skip
+
+    _, read = stored_and_read(metrics(0.62))
+    churn = metrics(0.97)  # informational numbers moved 56%: nobody gates them
+    assert all(d.keep for d in plan(churn, read, entries_for(churn), "cpu").values())
+    judged_moved = metrics(0.97, memory=8_000_000)
+    decisions = plan(judged_moved, read, entries_for(judged_moved), "cpu")
+    assert not decisions["other.roof_share"].keep and not decisions["rank0.x.tokens_per_s"].keep
+    added = [*metrics(0.62), Metric("new.info", 1.0, "", "higher", "custom", judged=False)]
+    decisions = plan(added, read, entries_for(added), "cpu")
+    assert not decisions["new.info"].keep and decisions["other.roof_share"].keep
 
 
 def test_a_changed_timing_method_or_unit_rewrites_the_entry_whatever_the_numbers() -> None:

@@ -77,7 +77,13 @@ def test_rerecording_unchanged_code_gives_a_zero_line_diff_and_a_moved_metric_on
     moved = pytester.runpytest("--gpuperf-update", *FLAGS)
     moved.assert_outcomes(passed=2)
     assert _changed_lines(first, path.read_text()) == ["-      value: 50.0", "+      value: 100.0"]
-    moved.stdout.fnmatch_lines(["*2 test(s), 1 entr(ies) written, 5 kept within tolerance -- review the diff*"])
+    moved.stdout.fnmatch_lines(
+        [
+            "*2 test(s), 1 entr(ies) written, 5 kept within tolerance -- review the diff*",
+            "  1 judged entr(ies) moved (old -> new):",
+            "    test_rec.py::test_case[[]b-cpu[]] score: 50 -> 100 (+100.0%); tolerance 5%",
+        ]
+    )
 
     second = path.read_text()
     everything = pytester.runpytest("--gpuperf-update-all", *FLAGS)  # implies --gpuperf-update

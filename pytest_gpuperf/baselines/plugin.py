@@ -42,6 +42,14 @@ BASELINE_OPTIONS: list[tuple[Any, ...]] = [
         "working tree, and report the baseline entries the working tree changes against it",
         {"metavar": "REF"},
     ),
+    (
+        "--gpuperf-accept-slower",
+        "bool",
+        False,
+        "like --gpuperf-update, and also write time/throughput entries that measured slower than their baseline past "
+        "the tolerance (an intended slowdown); without it such an entry keeps its stored value and is listed, so a "
+        "re-record never loosens the gate silently",
+    ),
 ]
 REF_KEY = pytest.StashKey["GitRef"]()
 UPDATER_NAME = "gpuperf-baseline-updater"
@@ -55,8 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``--gpuperf-update-all`` implies ``--gpuperf-update`` (set before the core reads its options)."""
-    if get_option(config, "--gpuperf-update-all"):
+    """``--gpuperf-update-all`` and ``--gpuperf-accept-slower`` imply ``--gpuperf-update`` (set before the core
+    reads its options)."""
+    if get_option(config, "--gpuperf-update-all") or get_option(config, "--gpuperf-accept-slower"):
         config.option.gpuperf_update = True
 
 
@@ -81,7 +90,9 @@ def pytest_configure(config: pytest.Config) -> None:
         except GitRefError as exc:
             raise pytest.UsageError(str(exc)) from None
     if session.settings.update:
-        updater = session.judging.start_updates(get_option(config, "--gpuperf-update-all"))
+        updater = session.judging.start_updates(
+            get_option(config, "--gpuperf-update-all"), get_option(config, "--gpuperf-accept-slower")
+        )
         config.pluginmanager.register(updater, UPDATER_NAME)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(BaselineTracker(config), TRACKER_NAME)
@@ -198,7 +209,11 @@ class BaselineTracker:
 
 
 def _write_updates(tr: Any, summaries: list[dict[str, Any]]) -> None:
+    from pytest_gpuperf.commands import ACCEPT_SLOWER
+
     written: dict[str, dict[str, int]] = {}
+    moved: dict[str, list[str]] = {}
+    looser: dict[str, list[str]] = {}
     unchanged: set[str] = set()
     not_recorded: list[str] = []
     for summary in summaries:
@@ -206,6 +221,9 @@ def _write_updates(tr: Any, summaries: list[dict[str, Any]]) -> None:
             total = written.setdefault(file, {"kept": 0, "rewritten": 0, "tests": 0})
             for key in total:
                 total[key] += counts.get(key, 0)
+        for source, target in ((summary.get("moved") or {}, moved), (summary.get("looser") or {}, looser)):
+            for file, lines in source.items():
+                target.setdefault(file, []).extend(lines)
         unchanged.update(summary["unchanged_files"])
         not_recorded += summary["not_recorded"]
     for file, counts in sorted(written.items()):
@@ -217,6 +235,20 @@ def _write_updates(tr: Any, summaries: list[dict[str, Any]]) -> None:
             f"baselines recorded in: {file}: {counts['tests']} test(s), {counts['rewritten']} entr(ies) written, "
             f"{counts['kept']} kept within tolerance -- {state}"
         )
+        lines = sorted(moved.get(file, []))
+        if lines:
+            tr.write_line(f"  {len(lines)} judged entr(ies) moved (old -> new):")
+            for line in lines:
+                tr.write_line(f"    {line}")
+    refused = sorted(line for lines in looser.values() for line in lines)
+    if refused:
+        tr.write_line(
+            f"{len(refused)} time/throughput entr(ies) measured slower past their tolerance and were NOT written "
+            f"(a slower baseline loosens the gate); pass {ACCEPT_SLOWER} if the slowdown is intended:",
+            yellow=True,
+        )
+        for line in refused:
+            tr.write_line(f"    {line}", yellow=True)
     if not_recorded:
         tr.write_line(
             f"baselines not recorded for {len(not_recorded)} test(s) that did not pass: {', '.join(not_recorded)}",

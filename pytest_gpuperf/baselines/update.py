@@ -1,11 +1,18 @@
 """What ``--gpuperf-update`` writes: reviewable baselines from tests that passed.
 
-* An entry is rewritten only when its metric moved past its tolerance (judged
+* A judged entry is rewritten only when its metric moved past its tolerance (judged
   the way a normal run judges it), when how it was measured changed (unit, kind,
-  direction, timing method) or when it is new; otherwise the stored
-  entry is kept byte for byte. So re-recording unchanged code gives a 0-line diff
-  and an optimised test changes only the metrics that moved.
-  ``--gpuperf-update-all`` rewrites every entry of the tests that ran.
+  direction, timing method), when it is new, when its recorded spread between
+  processes is too wide to judge its tolerance (such an entry decides nothing), or
+  when this recording measured more processes; otherwise the stored entry is kept
+  byte for byte. So re-recording unchanged code gives a 0-line diff and an
+  optimised test changes only the metrics that moved.
+* Re-recording never loosens a time/throughput entry silently: one that measured
+  slower past its tolerance keeps the stored entry and is listed, unless
+  ``--gpuperf-accept-slower`` (or ``--gpuperf-update-all``, which rewrites every
+  entry of the tests that ran). The summary lists every judged entry that moved, old -> new.
+* An informational entry (recorded, never judged: a roof share, a rank's rate) is
+  written only when it is new or when a judged entry of its test is rewritten.
 * A step's timing family (``time``, ``throughput`` and the rates derived from the
   time) is kept or rewritten together, decided by the judged member: the stored
   throughput samples are derived from the time samples on reading.
@@ -23,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.commands import update_command
+
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.schema import BaselineFile
     from pytest_gpuperf.results import Metric, Verdict
@@ -34,6 +43,8 @@ IDENTITY_FIELDS = ("unit", "better", "kind", "method")
 _TIMING_KINDS = ("time", "throughput")
 #: Kinds whose entries keep their measurement facts (how they were timed, the clocks, the noise).
 _FACT_KINDS = ("time", "throughput", "cycles", "host")
+#: Statuses of a re-recorded metric that moved past its tolerance of the stored entry.
+MOVED = ("regression", "improvement", "changed")
 #: Numbers about a timing measurement its entry keeps (read by :mod:`pytest_gpuperf.judging.evidence`).
 MEASUREMENT_FACTS = (
     "sm_clock_mhz",
@@ -91,13 +102,18 @@ def entries_for(metrics: list[Metric]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _moved(metric: Metric, old: dict[str, Any], where: str) -> Verdict | None:
-    """The judged verdict when ``metric`` stayed within its tolerance of ``old``; None when it moved."""
+def _judged(metric: Metric, old: dict[str, Any], where: str) -> Verdict:
+    """``metric`` judged against its stored entry the way a normal run judges it (informational ones too)."""
     from pytest_gpuperf.judging.compare import judge
 
     tolerance = metric.tolerance if metric.tolerance is not None else 0.05
-    verdict = judge(dataclasses.replace(metric, judged=True), old, tolerance, where)
-    return None if verdict.status in ("regression", "improvement", "changed") else verdict
+    return judge(dataclasses.replace(metric, judged=True), old, tolerance, where)
+
+
+def _moved(metric: Metric, old: dict[str, Any], where: str) -> Verdict | None:
+    """The judged verdict when ``metric`` stayed within its tolerance of ``old``; None when it moved."""
+    verdict = _judged(metric, old, where)
+    return None if verdict.status in MOVED else verdict
 
 
 def _same_identity(new: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -115,33 +131,151 @@ def _families(metrics: list[Metric]) -> dict[str, list[Metric]]:
     return groups
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
+    """Why the stored timing entry cannot judge ``metric`` at its tolerance (its processes spread wider), or None.
+
+    The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.evidence`), so such an
+    entry gates nothing: a re-record replaces it whatever the new numbers.
+    """
+    spread, tolerance = _number(old.get("process_spread")), metric.tolerance
+    if metric.kind not in _TIMING_KINDS or spread is None or tolerance is None or spread <= tolerance:
+        return None
+    return f"its recorded spread between processes ({spread:.0%}) was wider than its {tolerance:.0%} tolerance"
+
+
+def _fewer_processes(metric: Metric, old: dict[str, Any]) -> str | None:
+    """The stored timing entry came from fewer processes than this recording measured (its spread is older evidence)."""
+    now, before = _number(metric.extra.get("processes")), _number(old.get("processes")) or 1.0
+    if metric.kind not in _TIMING_KINDS or now is None or now <= before:
+        return None
+    return f"recorded from {now:.0f} processes (was {before:.0f})"
+
+
+@dataclasses.dataclass
+class Decision:
+    """What an update does with one metric's entry, and why (shown in the summary)."""
+
+    keep: bool
+    #: moved, new, undecidable, processes, measured, informational, looser (kept: slower, not accepted), within
+    why: str
+    verdict: Verdict | None = None
+    detail: str = ""
+
+
+def _looser(verdict: Verdict) -> bool:
+    """A time/throughput that measured slower past its tolerance: writing it would loosen the gate."""
+    return verdict.metric.kind in _TIMING_KINDS and verdict.status == "regression"
+
+
+def _judged_group(
+    group: list[Metric], old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]], where: str, accept_slower: bool
+) -> dict[str, Decision]:
+    """Decisions for one group that has a judged member (a step's timing family, a memory, a category ...)."""
+    deciding = [m for m in group if m.kind in _TIMING_KINDS and m.judged] or [m for m in group if m.judged]
+    decision: Decision | None = None
+    # Only the deciding metrics' identity matters: an informational rate of the family whose form changed
+    # (a roof share over 100% stored as the word "counting error") keeps its entry while the timing is kept.
+    if any(m.name not in old for m in deciding):
+        decision = Decision(False, "new")
+    elif any(not _same_identity(new[m.name], old[m.name]) for m in deciding):
+        changed = sorted({k for m in deciding for k in IDENTITY_FIELDS if new[m.name].get(k) != old[m.name].get(k)})
+        decision = Decision(False, "measured", detail=f"measured differently ({', '.join(changed)} changed)")
+    else:
+        for metric in deciding:
+            why = undecidable(metric, old[metric.name]) or _fewer_processes(metric, old[metric.name])
+            if why:
+                kind = "undecidable" if why.startswith("its recorded spread") else "processes"
+                decision = Decision(False, kind, _judged(metric, old[metric.name], where), why)
+                break
+    verdicts = {m.name: _judged(m, old[m.name], where) for m in deciding if m.name in old}
+    if decision is None:
+        moved = [v for v in verdicts.values() if v.status in MOVED]
+        if moved and any(_looser(v) for v in moved) and not accept_slower:
+            decision = Decision(True, "looser", next(v for v in moved if _looser(v)))
+        elif moved:
+            decision = Decision(False, "moved", moved[0])
+        else:
+            decision = Decision(True, "within")
+    out: dict[str, Decision] = {}
+    for metric in group:
+        if metric.name not in old:
+            out[metric.name] = Decision(False, "new")
+            continue
+        out[metric.name] = dataclasses.replace(decision, verdict=verdicts.get(metric.name))
+    return out
+
+
+def plan(
+    metrics: list[Metric],
+    old: dict[str, dict[str, Any]],
+    new: dict[str, dict[str, Any]],
+    where: str,
+    accept_slower: bool = False,
+) -> dict[str, Decision]:
+    """What an update does with each metric of one test: keep its stored entry or write the new one, and why.
+
+    * A judged entry is rewritten when it is new, measured differently, moved past its tolerance (a slower
+      time/throughput only with ``accept_slower``: otherwise the looser entry is kept and listed), when its
+      recorded spread between processes is too wide to judge its tolerance, or when this recording measured
+      more processes than it was recorded from.
+    * An informational entry (recorded, never judged) is written only when it is new or when a judged entry of
+      the test is rewritten, so re-recording unchanged code never churns the file with numbers nobody gates.
+    """
+    decisions: dict[str, Decision] = {}
+    informational: list[Metric] = []
+    for group in _families(metrics).values():
+        if any(m.judged for m in group):
+            decisions.update(_judged_group(group, old, new, where, accept_slower))
+        else:
+            informational += group
+    rewritten = any(not d.keep for d in decisions.values())
+    for metric in informational:
+        if metric.name not in old:
+            decisions[metric.name] = Decision(False, "new")
+        elif rewritten:
+            decisions[metric.name] = Decision(False, "informational")
+        else:
+            decisions[metric.name] = Decision(True, "informational")
+    return decisions
+
+
 def decide(
-    metrics: list[Metric], old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]], where: str
+    metrics: list[Metric],
+    old: dict[str, dict[str, Any]],
+    new: dict[str, dict[str, Any]],
+    where: str,
+    accept_slower: bool = False,
 ) -> dict[str, Verdict]:
     """The metrics whose stored entry is kept, each with the verdict that kept it (judged against ``old``)."""
-    kept: dict[str, Verdict] = {}
-    for group in _families(metrics).values():
-        deciding = [m for m in group if m.kind in _TIMING_KINDS and m.judged] or [
-            m for m in group if m.kind in _TIMING_KINDS
-        ]
-        deciding = deciding or group
-        # Only the deciding metrics' identity matters: an informational rate of the family whose form changed
-        # (a roof share over 100% stored as the word "counting error") keeps its entry while the timing is kept.
-        if any(m.name not in old or not _same_identity(new[m.name], old[m.name]) for m in deciding):
-            continue
-        verdicts = {m.name: _moved(m, old[m.name], where) for m in deciding}
-        if any(v is None for v in verdicts.values()):
-            continue
-        for metric in group:
-            if metric.name not in old:
-                continue  # a metric the baseline never had is written
-            verdict = verdicts.get(metric.name)
-            if verdict is None:
-                from pytest_gpuperf.results import Verdict as VerdictType
+    from pytest_gpuperf.results import Verdict as VerdictType
 
-                verdict = VerdictType(metric, "unchanged", baseline=old[metric.name].get("value"))
-            kept[metric.name] = verdict
+    kept = {}
+    for name, decision in plan(metrics, old, new, where, accept_slower).items():
+        if decision.keep:
+            metric = next(m for m in metrics if m.name == name)
+            verdict = decision.verdict
+            if verdict is None:
+                verdict = VerdictType(metric, "unchanged", baseline=old[name].get("value"))
+            kept[name] = verdict
     return kept
+
+
+def change_line(node_id: str, name: str, old: dict[str, Any], new: dict[str, Any], detail: str = "") -> str:
+    """``test::id step.time: 4.13 ms -> 6.62 ms (+60.3%)`` for the update summary."""
+    from pytest_gpuperf.units import format_change, format_value
+
+    unit = str(new.get("unit", old.get("unit", "")))
+    before, after = old.get("value"), new.get("value")
+    text = f"{node_id} {name}: {format_value(before, unit) if before is not None else '?'} -> "
+    text += format_value(after, unit) if after is not None else "?"
+    b, a = _number(before), _number(after)
+    if b and a is not None:
+        text += f" ({format_change(a / b)})"
+    return f"{text}; {detail}" if detail else text
 
 
 def _stored_key(node_id: str, backend: str, baseline: BaselineFile | None) -> str:
@@ -165,21 +299,41 @@ class HeldTest:
     had_entry: bool = False
     #: The key the test's entries had when recorded under an older id (backend first); removed on commit.
     replaces: str | None = None
+    #: The latest verdict of each metric (fresh processes' merged timing replaces the first process's).
+    verdicts: dict[str, Verdict] = dataclasses.field(default_factory=dict)
+    stored: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    expanded: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    decisions: dict[str, Decision] = dataclasses.field(default_factory=dict)
+    new: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+#: Why a judged entry that existed was rewritten: each is listed in the update summary, old -> new.
+LISTED = ("moved", "undecidable", "processes", "measured")
 
 
 class BaselineUpdater:
     """Holds ``--gpuperf-update`` entries per test, commits those of passed tests, writes them at the end.
 
     ``committed`` is the judging service's ``pending_updates`` (path -> (fingerprint, test id -> entries));
-    a feature can veto writing them with the ``pytest_gpuperf_write_baselines`` hook.
+    a feature can veto writing them with the ``pytest_gpuperf_write_baselines`` hook. ``update_all`` rewrites
+    every entry; ``accept_slower`` writes time/throughput entries that measured slower past their tolerance
+    (by default they keep the stored entry and are listed).
     """
 
-    def __init__(self, committed: dict[Path, tuple[dict[str, Any], Entries]], update_all: bool = False) -> None:
+    def __init__(
+        self,
+        committed: dict[Path, tuple[dict[str, Any], Entries]],
+        update_all: bool = False,
+        accept_slower: bool = False,
+    ) -> None:
         self.committed = committed
         self.update_all = update_all
+        self.accept_slower = accept_slower
         self.held: dict[str, HeldTest] = {}
         self.not_recorded: list[str] = []
         self.written: dict[str, dict[str, int]] = {}
+        self.moved: dict[str, list[str]] = {}
+        self.looser: dict[str, list[str]] = {}
         self.unchanged_files: list[str] = []
         self.errors: list[str] = []
 
@@ -194,14 +348,14 @@ class BaselineUpdater:
     ) -> None:
         """Validate and hold the entries of ``verdicts``; a kept metric's verdict shows its comparison.
 
-        Raises ``ValueError`` (failing the test that produced it) for an entry the reader would refuse.
+        Called again with the merged timing of fresh processes: every entry of the test is decided again
+        (an informational entry follows whether a judged one is rewritten). Raises ``ValueError`` (failing the
+        test that produced it) for an entry the reader would refuse.
         """
         from pytest_gpuperf.baselines.schema import entry_problem
         from pytest_gpuperf.baselines.store import ordered_entry
 
-        metrics = [v.metric for v in verdicts]
-        new = entries_for(metrics)
-        for name, entry in new.items():
+        for name, entry in entries_for([v.metric for v in verdicts]).items():
             problem = entry_problem(ordered_entry(entry))
             if problem:
                 raise ValueError(f"{node_id}: metric {name!r} cannot be recorded as a baseline: {problem}")
@@ -209,24 +363,53 @@ class BaselineUpdater:
         key = _stored_key(node_id, str(fingerprint.get("backend", "")), baseline)
         if key != node_id:
             held.replaces = key
-        stored = (baseline.stored.get(key) if baseline is not None else None) or {}
-        expanded = (baseline.tests.get(key) if baseline is not None else None) or {}
-        held.had_entry = held.had_entry or bool(stored)
-        kept = {} if self.update_all else decide(metrics, expanded, new, where)
-        for verdict in verdicts:
-            name = verdict.metric.name
-            if name in kept:
-                held.entries[name] = stored[name]
-                held.kept.add(name)
-                judged = kept[name]
+        held.stored = (baseline.stored.get(key) if baseline is not None else None) or {}
+        held.expanded = (baseline.tests.get(key) if baseline is not None else None) or {}
+        held.had_entry = held.had_entry or bool(held.stored)
+        held.verdicts.update({v.metric.name: v for v in verdicts})
+        self._decide(node_id, held, where)
+
+    def _decide(self, node_id: str, held: HeldTest, where: str) -> None:
+        """Keep or write each held entry (see :func:`plan`) and show the comparison on its verdict."""
+        metrics = [v.metric for v in held.verdicts.values()]
+        held.new = entries_for(metrics)
+        decisions = plan(metrics, held.expanded, held.new, where, self.accept_slower)
+        if self.update_all:
+            decisions = {
+                n: dataclasses.replace(d, keep=False, why="moved" if d.why == "looser" else d.why)
+                for n, d in decisions.items()
+            }
+        held.decisions, held.entries, held.kept = decisions, {}, set()
+        for name, verdict in held.verdicts.items():
+            decision, extra = decisions[name], verdict.metric.extra
+            extra.pop("baseline_kept", None)
+            extra.pop("baseline_looser", None)
+            verdict.ratio = verdict.ci = None
+            verdict.message = ""
+            if not decision.keep:
+                held.entries[name] = held.new[name]
+                if name in held.expanded:  # shown beside the new value; also tells the run the test had an entry
+                    verdict.baseline = held.expanded[name].get("value")
+                    judged = decision.verdict
+                    if judged is not None and decision.why in LISTED:
+                        verdict.ratio, verdict.ci = judged.ratio, judged.ci
+                        verdict.message = f"rewritten: {decision.detail or judged.message}"
+                continue
+            held.entries[name] = held.stored[name]
+            held.kept.add(name)
+            judged = decision.verdict
+            verdict.baseline = held.expanded[name].get("value")
+            if judged is not None:
                 verdict.baseline, verdict.ratio, verdict.ci = judged.baseline, judged.ratio, judged.ci
-                verdict.message = f"kept: {judged.message}" if judged.message else "kept: within tolerance"
-                verdict.metric.extra["baseline_kept"] = True
+            extra["baseline_kept"] = True
+            if decision.why == "looser" and judged is not None:
+                extra["baseline_looser"] = True
+                verdict.message = (
+                    f"kept, not written: {judged.message}; a slower entry would loosen the gate, so the stored one "
+                    f"stays (if the slowdown is intended: {update_command([node_id], accept_slower=True)})"
+                )
             else:
-                held.entries[name] = new[name]
-                held.kept.discard(name)
-                if name in expanded:  # shown beside the new value; also tells the run the test had an entry
-                    verdict.baseline = expanded[name].get("value")
+                verdict.message = f"kept: {judged.message}" if judged and judged.message else "kept: within tolerance"
 
     # -- pytest hooks (registered as a plugin under --gpuperf-update) ------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -243,10 +426,22 @@ class BaselineUpdater:
         tests[report.nodeid] = held.entries
         if held.replaces:
             tests[held.replaces] = None  # type: ignore[assignment] - the old key is removed (see update_baseline_file)
-        counts = self.written.setdefault(str(held.path), {"kept": 0, "rewritten": 0, "tests": 0})
+        file = str(held.path)
+        counts = self.written.setdefault(file, {"kept": 0, "rewritten": 0, "tests": 0})
         counts["tests"] += 1
         counts["kept"] += len(held.kept)
         counts["rewritten"] += len(held.entries) - len(held.kept)
+        for name, decision in sorted(held.decisions.items()):
+            verdict = held.verdicts[name]
+            if not verdict.metric.judged or name not in held.expanded:
+                continue
+            tolerance = verdict.metric.tolerance
+            detail = decision.detail or (f"tolerance {tolerance:.0%}" if tolerance is not None else "")
+            line = change_line(report.nodeid, name, held.expanded[name], held.new[name], detail)
+            if decision.why == "looser" and decision.keep:
+                self.looser.setdefault(file, []).append(line)
+            elif not decision.keep and decision.why in LISTED:
+                self.moved.setdefault(file, []).append(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the committed entries of this process (each xdist worker writes its own, under the lock)."""
@@ -277,6 +472,8 @@ class BaselineUpdater:
         """What this process wrote, kept and refused (JSON-able, merged across xdist workers)."""
         return {
             "written": self.written,
+            "moved": self.moved,
+            "looser": self.looser,
             "unchanged_files": self.unchanged_files,
             "not_recorded": self.not_recorded,
             "errors": self.errors,

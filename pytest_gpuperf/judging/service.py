@@ -59,11 +59,11 @@ class Judging:
         #: Under ``--gpuperf-update`` in the pytest process: made by :meth:`start_updates`.
         self.updater: BaselineUpdater | None = None
 
-    def start_updates(self, update_all: bool = False) -> BaselineUpdater:
+    def start_updates(self, update_all: bool = False, accept_slower: bool = False) -> BaselineUpdater:
         """Under ``--gpuperf-update``: the updater that validates, holds and writes this process's entries."""
         from pytest_gpuperf.baselines.update import BaselineUpdater
 
-        self.updater = BaselineUpdater(self.pending_updates, update_all)
+        self.updater = BaselineUpdater(self.pending_updates, update_all, accept_slower)
         return self.updater
 
     # -- baselines -----------------------------------------------------------------------
