@@ -10,13 +10,13 @@ messages, paths) is escaped (:mod:`.md_escape`): a test id cannot inject HTML or
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.reporting.md_escape import code, fenced, text
 from pytest_gpuperf.reporting.records import TestRecord
-from pytest_gpuperf.reporting.verdict_text import ab_title
+from pytest_gpuperf.reporting.verdict_text import ab_title, slower_timing
 from pytest_gpuperf.results import FAILING_STATUSES
 
 #: Sections of metric rows, by the row's own verdict: a section lists only rows with its statuses.
@@ -175,12 +175,8 @@ def render_markdown(
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
         stored = [(r, v) for r, v in rows if not ab_title(v)]  # A/B has nothing to record
         if statuses[0] in FAILING_STATUSES and stored:
-            ids = " ".join(shlex.quote(n) for n in dict.fromkeys(r.nodeid for r, _ in stored))
-            lines += [
-                "If intended, record the new numbers with:",
-                "",
-                *fenced(f"pytest --gpuperf --gpuperf-update {ids}"),
-            ]
+            command = update_command((r.nodeid for r, _ in stored), accept_slower=slower_timing(v for _, v in stored))
+            lines += ["If intended, record the new numbers with:", "", *fenced(command)]
             lines.append("")
     if gp.get("baseline_ref"):
         lines += _baseline_change_lines(gp["baseline_ref"])

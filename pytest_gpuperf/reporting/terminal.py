@@ -12,11 +12,11 @@ shows after ``FAILED ...``; its table is printed once, in the summary.
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.reporting.verdict_text import (
     NOT_OK,
     STATUS_WORDS,
@@ -24,6 +24,7 @@ from pytest_gpuperf.reporting.verdict_text import (
     change_text,
     limit_text,
     short_fact,
+    slower_timing,
     verdict_word,
 )
 from pytest_gpuperf.results import FAILING_STATUSES
@@ -76,12 +77,19 @@ def metric_section(verdicts: list[dict[str, Any]]) -> str:
 
 def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: list[str]) -> str:
     """A failing perf test's message: the short fact first (pytest's short summary shows that line),
-    then the judge's full sentences, then how to accept an intended change."""
+    then the judge's full sentences, then how to accept an intended change.
+
+    A failure under ``--gpuperf-strict`` (no baseline, inconclusive) has no short fact: its first sentence is the
+    head line, said once.
+    """
     failing = [v for v in verdicts if v.get("status") in FAILING_STATUSES]
-    if not failing:
+    if failing:
+        head, body = "; ".join(short_fact(v) for v in failing), failures
+    else:
         failing = [v for v in verdicts if v.get("status") == "new"]
-    head = "; ".join(short_fact(v) for v in failing) or (failures[0] if failures else "performance regression")
-    return "\n".join([head, *("  " + line for line in failures), accept_hint(node_id, failing)])
+        head, body = (failures[0], failures[1:]) if failures else ("performance regression", [])
+    hint = accept_hint(node_id, failing) if failing else ""
+    return "\n".join([head, *("  " + line for line in body), *([hint] if hint else [])])
 
 
 def accept_hint(node_id: str, failing: list[dict[str, Any]]) -> str:
@@ -89,12 +97,11 @@ def accept_hint(node_id: str, failing: list[dict[str, Any]]) -> str:
 
     In an A/B run a metric can fail by the A/B comparison (nothing to record) or by the stored baseline that keeps
     gating memory, categories and recorded metrics (its message says "against the stored baseline"): then the
-    baseline is what to update.
+    baseline is what to update. A slower time/throughput is written only with ``--gpuperf-accept-slower``.
     """
-    record = (
-        "If this change is intended, record it with: "
-        f"pytest --gpuperf --gpuperf-update {shlex.quote(node_id)} and commit the baselines/ diff."
-    )
+    stored_failing = [v for v in failing if not ab_title(v) or "against the stored baseline" in str(v.get("message"))]
+    command = update_command([node_id], accept_slower=slower_timing(stored_failing))
+    record = f"If this change is intended, record it with: {command} and commit the baselines/ diff."
     ab_failing = [v for v in failing if ab_title(v)]
     if not ab_failing:
         return record
@@ -197,10 +204,11 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
     if new_tests:
         tr.write_line(
             f"{len(new_tests)} test(s) have no baseline for this hardware; record them with:\n"
-            "    pytest --gpuperf --gpuperf-update " + " ".join(shlex.quote(n) for n in new_tests)
+            f"    {update_command(new_tests)}"
         )
     if improved:
         tr.write_line(
-            f"{len(improved)} test(s) improved past tolerance; lock the gain in with:\n"
-            "    pytest --gpuperf --gpuperf-update " + " ".join(shlex.quote(n) for n in improved)
+            f"{len(improved)} test(s) measured faster than their baseline past the tolerance in this run; if a change "
+            "made them faster, record the gain with the command below (it measures again, from fresh processes on the "
+            f"CPU, and keeps the stored entry when the gain does not hold):\n    {update_command(improved)}"
         )

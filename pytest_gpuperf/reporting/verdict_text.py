@@ -12,6 +12,7 @@ no change), the verdict says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from pytest_gpuperf.results import MEMORY_SLACK_BYTES
@@ -54,6 +55,11 @@ def ab_title(verdict: dict[str, Any]) -> str:
     """``A/B against REF (sha)`` for a verdict of an A/B comparison, else ``""``."""
     extra = verdict.get("extra")
     return str(extra.get("ab") or "") if isinstance(extra, dict) else ""
+
+
+def slower_timing(verdicts: Iterable[dict[str, Any]]) -> bool:
+    """True when a time/throughput among ``verdicts`` regressed: recording it needs ``--gpuperf-accept-slower``."""
+    return any(v.get("status") == "regression" and v.get("kind") in ("time", "throughput") for v in verdicts)
 
 
 def numeric(verdict: dict[str, Any]) -> bool:
