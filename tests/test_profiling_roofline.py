@@ -407,3 +407,16 @@ def test_roofs_are_measured_under_a_file_lock_and_read_back_by_the_next_process(
     other = RoofProvider(RoofStore(cache))
     assert other.roofs(second, FINGERPRINT, "float32").bandwidth == 1e10 and second.calls == []
     assert other.calibrated == []
+def test_an_exactly_counted_matmul_over_its_roof_says_the_roof_reads_low_not_a_counting_error() -> None:
+    from dataclasses import replace
+
+    from pytest_gpuperf.profiling.roofline import Roofline
+
+    line = Roofline("compute-bound", 2e9, 1e6, 1e-3, 1.6e12, 1e11, 0.05)  # 2 TFLOP/s on a 1.6 TFLOP/s roof
+    assert line.over_roof and line.over_roof_word() == "counting error (>100%)"
+    exact = replace(line, exact_flops=True)
+    assert exact.over_roof_word() == "above the measured roof (>100%)"
+    assert exact.counting_error().startswith("above the measured roof: the counted FLOPs give 125%")
+    assert "counting error" not in exact.explain() and "--gpuperf-recalibrate" in exact.explain()
+    bytes_over = replace(Roofline("memory-bound", 1e6, 2e8, 1e-3, 1.6e12, 1e11, 0.05), exact_flops=True)
+    assert bytes_over.over_roof_word() == "counting error (>100%)"  # bytes are estimated: still a counting error

@@ -9,7 +9,7 @@ beats it, the share is reported as a counting error, never as a number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.profiling.counting import StepCount
@@ -111,7 +111,7 @@ def analytic_verdict(
     busy = None if backend.is_host_cpu() else device_busy_share(timing)
     line_share = default_latency_share(backend.is_host_cpu()) if latency_share is None else latency_share
 
-    def judge(current: Any) -> Roofline:
+    def classify_with(current: Any) -> Roofline:
         return classify(
             count.flops,
             count.bytes,
@@ -125,6 +125,11 @@ def analytic_verdict(
             busy,
             cold=getattr(timing, "method", "") == "l2_flush",
         )
+
+    exact = count.flops_source == "FlopCounterMode" and count.flops > 0
+
+    def judge(current: Any) -> Roofline:  # the classification, told whether its FLOPs are exact
+        return replace(classify_with(current), exact_flops=exact)
 
     line = judge(roofs)
     if line.over_roof:  # a roof measured during a busy moment is too low: measure it again, keep the best
@@ -153,7 +158,7 @@ def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -
     share_metric = Metric(f"{name}.roof_share", line.roof_share, "", "higher", KIND_CUSTOM, judged=False, extra=extra)
     if line.over_roof:  # never shown as a fact; a word is a category (a baseline keeps no number for it)
         share_metric = Metric(
-            f"{name}.roof_share", "counting error (>100%)", "", "equal", KIND_CATEGORY, judged=False, extra=extra
+            f"{name}.roof_share", line.over_roof_word(), "", "equal", KIND_CATEGORY, judged=False, extra=extra
         )
     return [
         Metric(f"{name}.bound", line.bound, "", "equal", KIND_CATEGORY, extra=extra),

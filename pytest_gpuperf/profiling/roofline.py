@@ -130,6 +130,9 @@ class Roofline:
     device_busy: float | None = None
     kept_from_baseline: bool = False
     hysteresis: float = HYSTERESIS
+    #: The FLOPs come from FlopCounterMode, which counts matmul/conv/attention exactly and never more than ran:
+    #: a compute share over 100% then means the roof reads low, not that the count is wrong.
+    exact_flops: bool = False
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -173,11 +176,26 @@ class Roofline:
         """True when the step claims more than its roof allows: the counted work is wrong, not the device."""
         return self.roof_share > 1.0
 
+    def roof_reads_low(self) -> bool:
+        """True when the share over 100% is on the side counted exactly (FLOPs by FlopCounterMode): the roof is low."""
+        return self.over_roof and self.exact_flops and self.compute_share >= self.bandwidth_share
+
+    def over_roof_word(self) -> str:
+        """The roof share's value when over 100%: which of the two it is (never a number)."""
+        return "above the measured roof (>100%)" if self.roof_reads_low() else "counting error (>100%)"
+
     def counting_error(self) -> str:
         """Why a share above 100% cannot be a measurement ('' when the share is possible)."""
         if not self.over_roof:
             return ""
         side = "FLOPs" if self.compute_share >= self.bandwidth_share else "bytes"
+        if self.roof_reads_low():
+            return (
+                f"above the measured roof: the counted FLOPs give {self.roof_share:.0%} of the measured compute roof; "
+                "FlopCounterMode counts this step's FLOPs exactly (never more than ran), so the roof reads low: it "
+                "was measured while the machine was busier than during the step, or the step takes a faster path "
+                "than the roof's probe (measure the roofs again on a quiet machine: --gpuperf-recalibrate)"
+            )
         if self.roof_share <= 1.0 + AT_ROOF_NOISE:
             return (
                 f"counting error within the roof's noise: the counted {side} give {self.roof_share:.0%} of the "
@@ -192,7 +210,7 @@ class Roofline:
         )
 
     def explain(self) -> str:
-        """One line with the numbers behind the verdict (a share above 100% is named a counting error)."""
+        """One line with the numbers behind the verdict (a share above 100% is named for what it is)."""
         share = "over 100%, not shown" if self.over_roof else f"{self.roof_share:.0%}"
         text = (
             f"{self.bound}: AI {self.arithmetic_intensity:.3g} FLOP/B vs ridge {self.ridge_point:.3g} FLOP/B "

@@ -127,7 +127,10 @@ def step_points(record: TestRecord, roofs: DeviceRoofs, unplaced: list[str] | No
             continue
         status = worst_status(v["status"] for v in metrics.values())
         bound = metrics.get("bound", {}).get("value")
-        flag = "counting error" if extras.get("over_roof") is True else ""
+        flag = ""
+        if extras.get("over_roof") is True:  # the analytic rule's own word for it
+            low = str(extras.get("counting_error", "")).startswith("above the measured roof")
+            flag = "above the measured roof" if low else "counting error"
         points.append(RooflinePoint(record.nodeid, step, intensity, flop_rate, status, bound, flag))
     return points
 
