@@ -81,6 +81,8 @@ class Verdict:
     #: ``spread``, ``confirmation``, ``bound``: doubts another measurement cannot clear).
     suspected: str = ""
     doubt: str = ""
+    #: For an inconclusive verdict: the deciding rule's reason (:mod:`pytest_gpuperf.judging.evidence`).
+    reason: str = ""
 
     @property
     def failed(self) -> bool:
@@ -118,6 +120,8 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "ci": list(verdict.ci) if verdict.ci else None,
         "tolerance": verdict.tolerance,
         "message": verdict.message,
+        "doubt": verdict.doubt,
+        "reason": verdict.reason,
         "samples": len(metric.samples),
         "sample_values": list(metric.samples),  # raw samples, for the JSON report (pytest-benchmark stats)
         "extra": {k: v for k, v in metric.extra.items() if isinstance(v, (int, float, str, bool))},

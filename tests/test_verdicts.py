@@ -58,7 +58,11 @@ def test_a_change_within_the_spread_between_processes_is_inconclusive_and_says_w
     assert "this test's spread between processes is 18% here; a 5% tolerance cannot be judged on this machine" in (
         verdict.message
     )
-    assert "raise time_tolerance or run on a quieter runner" in verdict.message
+    assert "raise time_tolerance to 20% (@pytest.mark.gpuperf(time_tolerance=0.2))" in verdict.message
+    assert "re-record on a quieter runner with: pytest --gpuperf --gpuperf-update 'test_x.py::test_step[fake]'" in (
+        verdict.message
+    )
+    assert verdict.reason and verdict.message.endswith(verdict.reason)
     assert not judging.failure_lines(NODE)
     [warning] = judging.warnings_for(NODE)
     assert "inconclusive" in warning and "--gpuperf-strict" in warning
@@ -163,8 +167,13 @@ def test_a_baseline_from_several_processes_keeps_the_median_process_and_warns_ab
     assert combined.value == pytest.approx(runs[2].value)  # the median of 1.0, 1.05, 1.3
     assert combined.extra["processes"] == 3
     assert combined.extra["process_spread"] == pytest.approx(runs[1].value / runs[0].value - 1, abs=1e-3)
-    warning = tolerance_warning(combined)
-    assert warning is not None and "tolerance 5% is tighter than the noise supports" in warning
+    warning = tolerance_warning(combined, "t.py::t[cpu]")
+    assert warning is not None and "recorded from 3 processes whose results spread 30%, wider than its 5%" in warning
+    assert "later runs of this test are inconclusive" in warning
+    assert "(@pytest.mark.gpuperf(time_tolerance=0.3" in warning
+    assert "pytest --gpuperf --gpuperf-update 't.py::t[cpu]' (it replaces an entry that cannot decide)" in warning
+    combined.extra["baseline_kept"] = True  # the file keeps its stored entry: nothing new to warn about
+    assert tolerance_warning(combined) is None
 
 
 def test_update_merges_fresh_processes_into_the_entry_it_writes(tmp_path: Path) -> None:
@@ -191,3 +200,20 @@ def test_measure_refuses_a_repeated_name_and_non_positive_work() -> None:
     for bad in ({"items": 0}, {"items": float("nan")}, {"flops": -1.0}, {"bytes_moved": True}):
         with pytest.raises(ValueError, match="expected a finite number > 0"):
             handle.measure(lambda: None, name="other", **bad)
+
+
+def test_the_verdict_column_shows_the_deciding_rules_reason_never_a_ci_that_excludes_no_change(tmp_path: Path) -> None:
+    """Issue 23: 'inconclusive (95% CI -36.6%..-29.5% includes no change)' when a disagreeing confirmation decided."""
+    from pytest_gpuperf.reporting.verdict_text import verdict_word
+    from pytest_gpuperf.results import verdict_to_dict
+
+    first, judging = judge_one(tmp_path, time_metric(samples(1.5, 16), settled=False), entry(samples(1.0, 17)))
+    assert first.doubt == "conditions" and first.ci is not None and first.ci[0] > 1.0  # the CI excludes no change
+    judging.confirm_stored(NODE, {"step.time": time_metric(samples(1.0, 18))})
+    [disagreed] = judging.verdicts[NODE]
+    assert disagreed.status == "inconclusive" and disagreed.doubt == "confirmation"
+    assert disagreed.message.count("inconclusive") == 1  # both reasons, said once
+    assert "the first run was doubtful too (the step never settled during warm-up" in disagreed.message
+    word = verdict_word(verdict_to_dict(disagreed))
+    assert word.startswith("inconclusive (its confirmation in a fresh process measured ") and "CI" not in word
+    assert "pytest --gpuperf --gpuperf-update --gpuperf-processes 5 'test_x.py::test_step[fake]'" in disagreed.reason

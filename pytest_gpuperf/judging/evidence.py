@@ -16,6 +16,9 @@ the measured change is always the one shown.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpuperf.judging.clock_rule import CLOCK_CHANGE, follows_sm_clock
@@ -47,10 +50,76 @@ def _number(value: Any) -> float | None:
 #: Doubts a fresh process can clear (its own run may settle and run uncontended) and those it cannot.
 CONDITIONS, MACHINE, SPREAD, CONFIRMATION, BOUND = "conditions", "machine", "spread", "confirmation", "bound"
 
+#: What a rule finds: ``(doubt, reason)``; the reason says what the evidence showed and what would fix it, and its
+#: first clause (up to the first ``"; "``) reads on its own: the verdict column shows only that.
+Doubt = tuple[str, str]
+#: A rule of the timing verdicts: :class:`Evidence` -> ``Doubt | None``.
+Rule = Callable[["Evidence"], "Doubt | None"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a rule reads: the verdict (its metric's extra holds the run's facts), the baseline entry, the test."""
+
+    verdict: Verdict
+    entry: dict[str, Any] | None
+    node_id: str = ""
+    #: The verdict was decided by cycles per step because the SM clock moved (:mod:`.clock_rule`).
+    clock_decided: bool = False
+
+
+def clock_rule(evidence: Evidence) -> Doubt | None:
+    """The machine state differed from the baseline's (clocks, throttling): :func:`machine_reason`."""
+    reason = machine_reason(evidence.verdict.metric.extra, evidence.entry, evidence.clock_decided)
+    return (MACHINE, reason) if reason else None
+
+
+def spread_rule(evidence: Evidence) -> Doubt | None:
+    """The baseline's processes spread wider than the tolerance, and the change lies within that band."""
+    verdict, entry = evidence.verdict, evidence.entry
+    spread = _number((entry or {}).get("process_spread"))
+    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
+    if spread is None or spread <= tolerance or worse is None:
+        return None
+    # Whole processes differ by more than the tolerance: no verdict inside that band is evidence (an
+    # "unchanged" or "improved" run may be a slower step in a fast process). Another run cannot clear it.
+    if max(worse, 1.0 / worse) - 1.0 > spread + tolerance:
+        return None
+    return SPREAD, spread_fix(spread, tolerance, evidence.node_id, "this test's", "here")
+
+
+def spread_fix(spread: float, tolerance: float, node_id: str, whose: str, when: str) -> str:
+    """A spread between processes too wide for the tolerance: what it means and the two fixes (one a command)."""
+    from pytest_gpuperf.commands import update_command
+
+    wanted = math.ceil(spread * 20 - 1e-9) / 20  # the next 5% at or above the spread: the band the gate can judge
+    rerecord = f"re-record on a quieter runner with: {update_command([node_id])}" if node_id else f"re-record {QUIETER}"
+    return (
+        f"{whose} spread between processes is {spread:.0%} {when}; a {tolerance:.0%} tolerance cannot be judged on "
+        f"this machine: raise time_tolerance to {wanted:.0%} (@pytest.mark.gpuperf(time_tolerance={wanted:g})) or "
+        f"{rerecord} (it replaces an entry that cannot decide)"
+    )
+
+
+def conditions_rule(evidence: Evidence) -> Doubt | None:
+    """An unsettled warm-up or a contended run made a suspected change untrustworthy."""
+    verdict = evidence.verdict
+    if verdict.status == "unchanged":
+        return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
+    extra, worse = verdict.metric.extra, _worse(verdict)
+    conditions = conditions_reason(extra)
+    if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
+        return None  # far past what a busy machine does to the thread's own time: still decisive
+    return (CONDITIONS, conditions) if conditions else None
+
+
+#: The timing rules in the order they are asked; the first that doubts decides the reason.
+TIMING_RULES: tuple[Rule, ...] = (clock_rule, spread_rule, conditions_rule)
+
 
 def timing_reason(
-    verdict: Verdict, entry: dict[str, Any] | None, clock_decided: bool = False
-) -> tuple[str, str] | None:
+    verdict: Verdict, entry: dict[str, Any] | None, node_id: str = "", clock_decided: bool = False
+) -> Doubt | None:
     """Why a time/throughput verdict cannot be trusted: ``(doubt, reason with what would fix it)``, or None.
 
     ``clock_decided``: the verdict was decided by cycles per step because the SM clock moved (the clock rule).
@@ -58,26 +127,17 @@ def timing_reason(
     metric = verdict.metric
     if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
         return None
-    extra = metric.extra
-    machine = machine_reason(extra, entry, clock_decided)
-    if machine:
-        return MACHINE, machine
-    spread = _number((entry or {}).get("process_spread"))
-    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
-    if spread is not None and spread > tolerance and worse is not None:
-        # Whole processes differ by more than the tolerance: no verdict inside that band is evidence (an
-        # "unchanged" or "improved" run may be a slower step in a fast process). Another run cannot clear it.
-        if max(worse, 1.0 / worse) - 1.0 <= spread + tolerance:
-            return SPREAD, (
-                f"this test's spread between processes is {spread:.0%} here; a {tolerance:.0%} tolerance cannot be "
-                f"judged on this machine: raise time_tolerance or {QUIETER}"
-            )
-    if verdict.status == "unchanged":
-        return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
-    conditions = conditions_reason(extra)
-    if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
-        return None  # far past what a busy machine does to the thread's own time: still decisive
-    return (CONDITIONS, conditions) if conditions else None
+    evidence = Evidence(verdict, entry, node_id, clock_decided)
+    for rule in TIMING_RULES:
+        doubt = rule(evidence)
+        if doubt:
+            return doubt
+    return None
+
+
+def first_clause(reason: str) -> str:
+    """The part of a reason that reads on its own (up to the first ``"; "``): what the verdict column shows."""
+    return reason.split("; ", 1)[0]
 
 
 def conditions_reason(extra: dict[str, Any]) -> str | None:
@@ -128,13 +188,19 @@ def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_de
     return None
 
 
-def disagreement_reason(first: Verdict, confirmation: Verdict, where: str = "a fresh process") -> str:
+def disagreement_reason(
+    first: Verdict, confirmation: Verdict, where: str = "a fresh process", node_id: str = ""
+) -> str:
     """The reason for an inconclusive verdict whose confirmation did not repeat the first measurement's finding."""
+    from pytest_gpuperf.commands import update_command
+
     change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
+    record = f"record it from more processes with: {update_command([node_id], processes=5)}" if node_id else (
+        "record it from more processes (--gpuperf-update --gpuperf-processes 5)"
+    )
     return (
-        f"its confirmation in {where} measured {change} ({confirmation.status}): the process's own speed varies "
-        f"more than the {first.tolerance or 0:.0%} tolerance; raise time_tolerance, record with "
-        f"--gpuperf-processes N, or {QUIETER}"
+        f"its confirmation in {where} measured {change} ({confirmation.status}), so the process's own speed varies "
+        f"more than the {first.tolerance or 0:.0%} tolerance; raise time_tolerance, {record}, or {QUIETER}"
     )
 
 
@@ -157,8 +223,16 @@ def bound_reason(verdict: Verdict, entries: dict[str, dict[str, Any]], intensity
 
 
 def inconclusive(verdict: Verdict, reason: str, doubt: str = CONFIRMATION) -> Verdict:
-    """``verdict`` turned inconclusive: same numbers (the ones measured and judged), the reason in its message."""
+    """``verdict`` turned inconclusive: same numbers (the ones measured and judged), the reason in its message.
+
+    A verdict that was inconclusive already (a doubtful first run whose confirmation then disagreed) says both
+    reasons once: the deciding one, then the first run's in a clause.
+    """
     shown = verdict.message or verdict.metric.label()
+    if verdict.status == "inconclusive" and verdict.reason:
+        shown = shown.removesuffix(f": inconclusive, {verdict.reason}")
+        if verdict.reason != reason:
+            reason = f"{reason}; the first run was doubtful too ({first_clause(verdict.reason)})"
     return Verdict(
         verdict.metric,
         "inconclusive",
@@ -169,4 +243,5 @@ def inconclusive(verdict: Verdict, reason: str, doubt: str = CONFIRMATION) -> Ve
         message=f"{shown}: inconclusive, {reason}",
         suspected=verdict.suspected or verdict.status,
         doubt=doubt,
+        reason=reason,
     )

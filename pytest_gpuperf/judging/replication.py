@@ -62,22 +62,40 @@ def combine(main: Metric, others: list[Metric], tolerance: float) -> Metric:
     return replace(chosen, samples=list(chosen.samples), judged=main.judged, tolerance=main.tolerance, extra=extra)
 
 
-def tolerance_warning(metric: Metric) -> str | None:
-    """A warning when the metric's tolerance is tighter than its recorded noise supports, else None."""
+def tolerance_warning(metric: Metric, node_id: str = "") -> str | None:
+    """At record time: a warning when the metric's tolerance is tighter than its recorded noise supports, else None.
+
+    A spread between processes wider than the tolerance makes every later verdict of the entry inconclusive
+    (:func:`pytest_gpuperf.judging.evidence.spread_rule`): the warning says so and names both fixes. A kept entry
+    (the file keeps its stored numbers) and an informational metric warn about nothing.
+    """
+    from pytest_gpuperf.judging.evidence import spread_fix
+
     bound, tolerance = metric.extra.get("noise_bound"), metric.tolerance
-    if not isinstance(bound, (int, float)) or not isinstance(tolerance, (int, float)) or bound <= tolerance:
+    if not metric.judged or metric.extra.get("baseline_kept") or not isinstance(tolerance, (int, float)):
         return None
     spread = metric.extra.get("process_spread", 0.0)
+    processes = metric.extra.get("processes", 1)
+    if isinstance(spread, (int, float)) and spread > tolerance:
+        return (
+            f"{metric.name}: recorded from {processes} processes whose results spread {spread:.0%}, wider than its "
+            f"{tolerance:.0%} tolerance, so later runs of this test are inconclusive (they fail under "
+            f"--gpuperf-strict); " + spread_fix(spread, tolerance, node_id, "its", "on this machine")
+        )
+    if not isinstance(bound, (int, float)) or bound <= tolerance:
+        return None
     mdc = metric.extra.get("min_detectable_change", 0.0)
     return (
         f"{metric.name}: tolerance {tolerance:.0%} is tighter than the noise supports here (spread between "
-        f"{metric.extra.get('processes', 1)} processes {spread:.0%}; unchanged code reaches +{bound:.0%} in 1 run "
+        f"{processes} processes {spread:.0%}; unchanged code reaches +{bound:.0%} in 1 run "
         f"of 20; the smallest slowdown caught with 95% power is {mdc:.0%}): raise time_tolerance to about "
         f"{bound:.0%} or run on a quieter runner"
     )
 
 
-def reconcile(first: Verdict, confirmation: Verdict | None, note: str = "", where: str = "a fresh process") -> Verdict:
+def reconcile(
+    first: Verdict, confirmation: Verdict | None, note: str = "", where: str = "a fresh process", node_id: str = ""
+) -> Verdict:
     """The verdict after a confirmation: agreeing keeps it, disagreeing makes it inconclusive."""
     from pytest_gpuperf.judging.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
 
@@ -87,7 +105,7 @@ def reconcile(first: Verdict, confirmation: Verdict | None, note: str = "", wher
     suspected = first.suspected or first.status
     change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
     if confirmation.status != suspected:
-        return inconclusive(first, disagreement_reason(first, confirmation, where), CONFIRMATION)
+        return inconclusive(first, disagreement_reason(first, confirmation, where, node_id), CONFIRMATION)
     if first.status == "inconclusive":  # the first run's conditions were doubtful: the confirmation must be clean
         doubt = conditions_reason(confirmation.metric.extra)
         if doubt:

@@ -122,7 +122,10 @@ class Judging:
                 verdicts.append(Verdict(metric, "recorded" if metric.judged else "info", tolerance=tolerance))
             else:
                 cycles = _cycles_of(metric, by_name, entries)
-                verdicts.append(self._judge_one(metric, entries.get(metric.name), tolerance, where, cycles=cycles))
+                entry = entries.get(metric.name)
+                verdicts.append(
+                    self._judge_one(metric, entry, tolerance, where, cycles=cycles, node_id=context.node_id)
+                )
         return self._explain_bounds(verdicts, entries)
 
     @staticmethod
@@ -133,6 +136,7 @@ class Judging:
         where: str,
         evidence: bool = True,
         cycles: tuple[Metric | None, dict[str, Any] | None] = (None, None),
+        node_id: str = "",
     ) -> Verdict:
         """One metric against its entry; inconclusive when the ``evidence`` cannot decide (:mod:`.evidence`).
 
@@ -152,7 +156,7 @@ class Judging:
         if isinstance(mdc, (int, float)) and metric.kind in (KIND_TIME, KIND_THROUGHPUT) and verdict.message:
             metric.extra["min_detectable_change"] = mdc
             verdict = replace(verdict, message=f"{verdict.message}; smallest detectable slowdown {mdc:.0%}")
-        doubt = timing_reason(verdict, entry, clock_decided=by_cycles is not None) if evidence else None
+        doubt = timing_reason(verdict, entry, node_id, clock_decided=by_cycles is not None) if evidence else None
         return inconclusive(verdict, doubt[1], doubt[0]) if doubt else verdict
 
     @staticmethod
@@ -203,7 +207,7 @@ class Judging:
             again_verdict = self._judge_one(
                 metric, entries.get(metric.name), tolerance, described, evidence=False, cycles=cycles
             )
-            out.append(reconcile(verdict, again_verdict, where=where))
+            out.append(reconcile(verdict, again_verdict, where=where, node_id=context.node_id))
         return out
 
     def confirm_stored(
@@ -243,7 +247,7 @@ class Judging:
         for verdict in self.verdicts.get(node_id, []):
             if verdict.status == "inconclusive" and not self.settings.strict:
                 lines.append(f"{node_id}: {verdict.message} (passes; --gpuperf-strict fails it)")
-            warning = tolerance_warning(verdict.metric) if self.settings.update else None
+            warning = tolerance_warning(verdict.metric, node_id) if self.settings.update else None
             if warning:
                 lines.append(f"{node_id}: {warning}")
         return lines
@@ -287,7 +291,7 @@ class Judging:
         lines = [v.message for v in verdicts if v.failed]
         if self.settings.strict and not self.settings.update:
             lines += [v.message + " (--gpuperf-strict)" for v in verdicts if v.status == "new"]
-            lines += [f"{v.message}; inconclusive (--gpuperf-strict)" for v in verdicts if v.status == "inconclusive"]
+            lines += [f"{v.message} (--gpuperf-strict)" for v in verdicts if v.status == "inconclusive"]
         return lines
 
     def report_context(self, node_id: str) -> dict[str, Any]:

@@ -103,11 +103,24 @@ def _past_limit(verdict: dict[str, Any]) -> bool:
     return worse > 1.0 + tolerance
 
 
+def _includes_no_change(ci: Any) -> bool:
+    low, high = (_number(c) for c in ci) if ci and len(ci) == 2 else (None, None)
+    return low is not None and high is not None and low <= 1.0 <= high
+
+
 def why(verdict: dict[str, Any]) -> str:
-    """What decided a verdict when the change and the limit alone would not tell (``""`` otherwise)."""
+    """What decided a verdict when the change and the limit alone would not tell (``""`` otherwise).
+
+    An inconclusive verdict shows the reason of the rule that decided it (:mod:`pytest_gpuperf.judging.evidence`),
+    never a confidence interval that did not decide it.
+    """
+    from pytest_gpuperf.judging.evidence import first_clause
+
     notes = []
     status = verdict.get("status")
-    if numeric(verdict) and status in ("unchanged", "improvement", "inconclusive") and _past_limit(verdict):
+    if status == "inconclusive" and verdict.get("reason"):
+        notes.append(first_clause(str(verdict["reason"])))
+    elif numeric(verdict) and status in ("unchanged", "improvement", "inconclusive") and _past_limit(verdict):
         base, value = _number(verdict.get("baseline")), _number(verdict.get("value"))
         allowance = MEMORY_SLACK_BYTES
         if verdict.get("kind") == "memory" and base is not None and value is not None:
@@ -116,7 +129,7 @@ def why(verdict: dict[str, Any]) -> str:
                 sign = "+" if diff >= 0 else "-"
                 notes.append(f"{sign}{format_bytes(abs(diff))} is within the {format_bytes(allowance)} allowance")
         ci = verdict.get("ci")
-        if not notes and ci and len(ci) == 2:
+        if not notes and _includes_no_change(ci):
             notes.append(f"95% CI {format_change(ci[0])}..{format_change(ci[1])} includes no change")
     elif status == "regression" and verdict.get("ci"):
         low, high = verdict["ci"]
