@@ -1,0 +1,104 @@
+"""Every command a message recommends does what the message says: each test runs the command it was shown.
+
+The step's work is a deterministic matmul chain; the slowdown is 8x the work (far beyond any noise), and the
+noisy recording is injected into the baseline file, so no assertion depends on this machine's speed.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+STEP = """
+import torch
+
+WORK = {work}
+
+def test_step(gpuperf):
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+
+    def step():
+        out = a
+        for _ in range(WORK):
+            out = torch.tanh(out @ a)
+        return out
+
+    gpuperf.measure(step, memory=False)
+"""
+NODE = "test_step.py::test_step[cpu]"
+GLOB = re.sub(r"([\[\]])", r"[\1]", NODE)  # the node id as an fnmatch pattern
+COMMAND = re.compile(r"pytest --gpuperf --gpuperf-update(?: --gpuperf-[a-z-]+(?: \d+)?)* '[^']+'")
+
+
+def suggested(output: str) -> list[str]:
+    """The first command the output recommends, as arguments for pytester (without ``pytest``)."""
+    found = COMMAND.search(output)
+    assert found, f"no command suggested in:\n{output}"
+    return shlex.split(found.group(0))[1:]
+
+
+def entry(pytester: pytest.Pytester) -> tuple[Path, dict, dict]:
+    [path] = (pytester.path / "baselines").glob("*.yaml")
+    doc = yaml.safe_load(path.read_text())
+    return path, doc, doc["tests"][NODE]["step.time"]
+
+
+def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replaces_it(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    path, doc, stored = entry(pytester)
+    stored["process_spread"] = 9.0  # as if the recording's processes had differed 10x on a busy runner
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    result = pytester.runpytest("--gpuperf", *fast_args)
+    result.assert_outcomes(passed=1)
+    output = result.stdout.str()
+    assert "inconclusive" in output and "spread between processes is 900% here" in output
+    command = suggested(output)
+    assert command == ["--gpuperf", "--gpuperf-update", NODE]
+
+    fixed = pytester.runpytest(*command, *fast_args)  # unchanged code: the old entry would have been kept
+    fixed.assert_outcomes(passed=1)
+    fixed.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"*{GLOB} step.time: *its recorded spread*"])
+    assert entry(pytester)[2]["process_spread"] < 9.0
+    again = pytester.runpytest("--gpuperf", *fast_args)
+    again.assert_outcomes(passed=1)
+    assert "inconclusive" not in again.stdout.str()
+
+
+def test_an_intended_slowdown_is_recorded_by_the_command_its_failure_suggests_and_never_silently(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    pytester.makepyfile(test_step=STEP.format(work=1))
+    pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
+    path, _, _ = entry(pytester)
+    recorded = path.read_text()
+
+    pytester.makepyfile(test_step=STEP.format(work=8))
+    failed = pytester.runpytest("--gpuperf", *fast_args)
+    failed.assert_outcomes(failed=1)
+    command = suggested(failed.stdout.str())
+    assert command == ["--gpuperf", "--gpuperf-update", "--gpuperf-accept-slower", NODE]
+
+    plain = pytester.runpytest("--gpuperf", "--gpuperf-update", NODE, *fast_args)  # without the flag
+    plain.assert_outcomes(passed=1)
+    plain.stdout.fnmatch_lines(
+        [
+            "*1 time/throughput entr(ies) measured slower past their tolerance and were NOT written*"
+            "--gpuperf-accept-slower*",
+            f"    {GLOB} step.time: * -> * (+*",
+        ]
+    )
+    assert path.read_text() == recorded  # the gate did not loosen
+
+    accepted = pytester.runpytest(*command, *fast_args)
+    accepted.assert_outcomes(passed=1)
+    accepted.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"    {GLOB} step.time: * -> * (+*"])
+    assert path.read_text() != recorded
+    pytester.runpytest("--gpuperf", *fast_args).assert_outcomes(passed=1)
