@@ -260,6 +260,36 @@ def test_worker_plugin_reports_modules_imported_from_the_foreign_root(
         sys.modules.pop("leaky_mod_for_ab", None)
 
 
+def test_worker_plugin_ignores_the_environments_own_packages_in_a_venv_inside_the_working_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: with ``.venv/`` inside the repository every A/B run warned about site-packages/pytest and 1833 more."""
+    from pytest_gpuperf.ab import worker_plugin
+
+    tree = tmp_path / "tree"
+    site_packages = tree / ".venv" / "lib" / "site-packages"
+    (site_packages / "envpkg_for_ab").mkdir(parents=True)
+    (site_packages / "envpkg_for_ab" / "__init__.py").write_text("X = 1\n")
+    (site_packages / "projinvenv_for_ab").mkdir()
+    (site_packages / "projinvenv_for_ab" / "__init__.py").write_text("X = 1\n")
+    (tree / "treemod_for_ab.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(site_packages))
+    monkeypatch.syspath_prepend(str(tree))
+    for name in ("envpkg_for_ab", "projinvenv_for_ab", "treemod_for_ab"):
+        __import__(name)
+    monkeypatch.setenv("GPUPERF_AB_FOREIGN_ROOT", str(tree))
+    monkeypatch.setenv("GPUPERF_AB_SIDE_ROOT", str(tmp_path / "wt"))
+    monkeypatch.setenv("GPUPERF_AB_PACKAGES", "projinvenv_for_ab")
+    try:
+        leaks = worker_plugin._leaks(environment=[tree / ".venv"])
+        assert [line.partition(" ")[0] for line in leaks] == ["projinvenv_for_ab", "treemod_for_ab"]
+        assert not any(".venv" in line for line in worker_plugin._leaks(environment=[tree / ".venv"])[1:])
+        assert sys.prefix and Path(sys.prefix).resolve() in worker_plugin._environment_roots()
+    finally:
+        for name in ("envpkg_for_ab", "projinvenv_for_ab", "treemod_for_ab"):
+            sys.modules.pop(name, None)
+
+
 def _summary() -> dict:
     metric = judge([1.0, 1.01], [1.5, 1.52]).as_dict()
     return {

@@ -110,12 +110,36 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         entry["payload"] = payload
 
 
-def _leaks() -> list[str]:
+def _environment_roots() -> list[Path]:
+    """Where this interpreter's own packages live (the venv, site-packages, the standard library).
+
+    A venv may sit inside the working tree (``scripts/bootstrap.sh`` makes ``.venv/`` there): its packages are the
+    environment's, shared by both sides, not the project's code.
+    """
+    import site
+    import sysconfig
+
+    found = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    paths = sysconfig.get_paths()
+    found.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key))
+    try:
+        found.update(site.getsitepackages())
+        found.add(site.getusersitepackages())
+    except AttributeError:  # an interpreter without site's helpers (an old virtualenv's site.py)
+        pass
+    return sorted({Path(p).resolve() for p in found if p})
+
+
+def _leaks(environment: list[Path] | None = None) -> list[str]:
+    """Modules this side imported from the other side's tree, and project packages from anywhere but its own."""
     foreign = os.environ.get("GPUPERF_AB_FOREIGN_ROOT")
     own = os.environ.get("GPUPERF_AB_SIDE_ROOT")
     packages = {p for p in os.environ.get("GPUPERF_AB_PACKAGES", "").split(",") if p}
     foreign_root = Path(foreign).resolve() if foreign else None
     own_root = Path(own).resolve() if own else None
+    shared = _environment_roots() if environment is None else [Path(p).resolve() for p in environment]
+    # only roots inside the foreign tree matter, and never the tree itself
+    shared = [p for p in shared if foreign_root is not None and p != foreign_root and p.is_relative_to(foreign_root)]
     found = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
@@ -124,6 +148,8 @@ def _leaks() -> list[str]:
         resolved = Path(path).resolve()
         mine = own_root is not None and resolved.is_relative_to(own_root)
         from_foreign = foreign_root is not None and resolved.is_relative_to(foreign_root)
+        if from_foreign and any(resolved.is_relative_to(root) for root in shared):
+            from_foreign = False  # the environment's own package (a venv inside the working tree)
         if not mine and (from_foreign or name.partition(".")[0] in packages):
             found.append(f"{name} ({resolved})")
     return sorted(found)
