@@ -50,5 +50,9 @@ def test_wheel_metadata_and_files(wheel: Path) -> None:
     assert "Typing :: Typed" in metadata.get_all("Classifier")
     assert not any(c.startswith("License ::") for c in metadata.get_all("Classifier"))
     assert "[pytest11]" in entry_text and "gpuperf = pytest_gpuperf.plugin" in entry_text
+    # one CPU-info package, the one pytest-benchmark requires: py-cpuinfo and py-cpuinfo2 share one cpuinfo/ folder
+    requires = [r.split(";")[0].replace(" ", "") for r in metadata.get_all("Requires-Dist")]
+    assert not any(r.lower().startswith(("py-cpuinfo", "py_cpuinfo")) for r in requires)
+    assert any(r.startswith("pytest-benchmark") for r in requires)
     # no tests, perf tests or baselines inside the wheel
     assert not any(n.startswith(("tests/", "perf_tests/", "baselines/")) for n in names)

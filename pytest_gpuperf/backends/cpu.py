@@ -25,10 +25,14 @@ def _cpu_model_name() -> str:
 
 @functools.lru_cache(maxsize=1)
 def cpu_brand() -> str:
-    """The CPU's brand string for the fingerprint: py-cpuinfo's ``brand_raw`` (what pytest-benchmark
-    records, e.g. ``AMD EPYC 9654 96-Core Processor``), else ``/proc/cpuinfo``'s model name."""
+    """The CPU's brand string for the fingerprint: ``cpuinfo``'s ``brand_raw`` (what pytest-benchmark
+    records, e.g. ``AMD EPYC 9654 96-Core Processor``), else ``/proc/cpuinfo``'s model name.
+
+    ``cpuinfo`` is the module of the CPU-info package pytest-benchmark requires (py-cpuinfo, or py-cpuinfo2 from
+    pytest-benchmark 5.3): this project requires none of its own, so the two never install into one folder.
+    """
     try:
-        import cpuinfo  # py-cpuinfo, a pytest-benchmark dependency
+        import cpuinfo  # pytest-benchmark's CPU-info dependency
 
         brand = str(cpuinfo.get_cpu_info().get("brand_raw") or "").strip()
     except Exception:  # noqa: BLE001 - a missing or failing py-cpuinfo falls back to /proc/cpuinfo
