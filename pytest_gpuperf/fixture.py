@@ -56,10 +56,21 @@ def _finite(value: float) -> bool:
         return False
 
 
+def _short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a tensor's repr is its whole contents)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_measure_args(
     node_id: str, name: str, items: float | None, flops: float | None, bytes_moved: float | None
 ) -> None:
     """Refuse arguments that would switch a gate off or make no sense, naming the test and the argument."""
+    __tracebackhide__ = True  # the error is the caller's: pytest shows the test's line, not this one
     from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, name_problem
 
     if not isinstance(name, str) or not name or name.strip() != name:
@@ -177,6 +188,13 @@ class GpuPerf:
         Without ``--gpuperf`` the step runs once as a smoke test. A name may be
         measured once per test.
         """
+        __tracebackhide__ = True  # a bad argument's traceback ends at the test's own line
+        if not callable(step):
+            raise TypeError(
+                f"{self.node_id}: gpuperf.measure() takes the step to time as a zero-argument callable, got "
+                f"{type(step).__name__!s} {_short_repr(step)}; pass the work itself, e.g. "
+                "gpuperf.measure(lambda: model(x)), not its result"
+            )
         check_measure_args(self.node_id, name, items, flops, bytes_moved)
         from pytest_gpuperf.baselines.fields import MAX_WORD, name_problem
 

@@ -23,6 +23,30 @@ class MarkerError(ValueError):
     """A marker argument the plugin cannot use; the message names the test, the key and what is accepted."""
 
 
+def marker_location(function: Any, marker: str, fallback: tuple[str, int] | None = None) -> str:
+    """``file.py:LINE`` of ``@pytest.mark.<marker>`` on ``function`` (its first decorator line naming it).
+
+    Falls back to ``fallback`` (a pytest location: path relative to the rootdir, 0-based line of the ``def``)
+    when the source cannot be read or the marker comes from elsewhere (a module's ``pytestmark``, a class).
+    """
+    try:
+        lines, start = inspect.getsourcelines(function)
+        path = inspect.getsourcefile(function) or ""
+    except (OSError, TypeError):
+        lines, start, path = [], 0, ""
+    for offset, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(("def ", "async def ")):
+            break
+        compact = stripped.replace(" ", "")
+        if compact.startswith("@") and (f"mark.{marker}(" in compact or compact.endswith(f"mark.{marker}")):
+            name = fallback[0] if fallback else path
+            return f"{name}:{start + offset}"
+    if fallback is not None:
+        return f"{fallback[0]}:{fallback[1] + 1}"
+    return f"{path}:{start}" if path else "?"
+
+
 def _per_backend(value: Any, what: str, check: Callable[[Any, str], Any]) -> Any:
     """``value`` checked by ``check``, or a mapping ``{backend: value}`` with each entry checked."""
     if isinstance(value, Mapping):

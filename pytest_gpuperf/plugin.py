@@ -125,21 +125,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpuperf_backend" not in metafunc.fixturenames:
         return
     from pytest_gpuperf.backends.selection import plan_backends
-    from pytest_gpuperf.markers import MarkerError, declared_backends, gpuperf_options
+    from pytest_gpuperf.markers import MarkerError, declared_backends, gpuperf_options, marker_location
 
     node_id = metafunc.definition.nodeid
     declared = None
     problem = None
+    name = "gpuperf"
     try:
         for mark in metafunc.definition.iter_markers("gpuperf"):
             gpuperf_options(node_id, mark.args, mark.kwargs)
+        name = "gpuperf_backends"
         marker = metafunc.definition.get_closest_marker("gpuperf_backends")
         if marker is not None:
             declared = declared_backends(node_id, marker.args, marker.kwargs)
     except MarkerError as exc:
         problem = str(exc)
     if problem:
-        pytest.fail(problem, pytrace=False)  # a collection error of this module, message only
+        where = marker_location(metafunc.function, name, metafunc.definition.location[:2])
+        pytest.fail(f"{where}: {problem}", pytrace=False)  # a collection error of this module, message only
     if declared is not None:
         from pytest_gpuperf.backends import known_backend_names
 
@@ -218,13 +221,14 @@ def gpuperf(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> Iterato
     each step runs once as a smoke test.
     """
     from pytest_gpuperf.fixture import handle_for
-    from pytest_gpuperf.markers import MarkerError, gpuperf_options
+    from pytest_gpuperf.markers import MarkerError, gpuperf_options, marker_location
 
     marker = request.node.get_closest_marker("gpuperf")
     try:
         kwargs = gpuperf_options(request.node.nodeid, marker.args, marker.kwargs) if marker is not None else {}
     except MarkerError as exc:
-        kwargs, problem = {}, str(exc)
+        where = marker_location(getattr(request, "function", None), "gpuperf", request.node.location[:2])
+        kwargs, problem = {}, f"{where}: {exc}"
     else:
         problem = ""
     if problem:

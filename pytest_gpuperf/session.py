@@ -42,12 +42,10 @@ class GpuperfSession:
 
             if can_replicate(item):
                 self._replicate(item)
-        import warnings
-
         from pytest_gpuperf.results import GpuperfWarning
 
         for line in self.judging.warnings_for(node_id):
-            warnings.warn(GpuperfWarning(line), stacklevel=1)
+            item.warn(GpuperfWarning(line))  # shown at the test's file and line, as pytest's own warnings are
 
     def _replicate(self, item: pytest.Item) -> None:
         """``--gpuperf-processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
@@ -59,11 +57,9 @@ class GpuperfSession:
 
         warning = second_look(self.judging, item.nodeid, fresh)
         if warning:
-            import warnings
-
             from pytest_gpuperf.results import GpuperfWarning
 
-            warnings.warn(GpuperfWarning(warning), stacklevel=1)
+            item.warn(GpuperfWarning(warning))
 
     def _fresh_runs(self, item: pytest.Item, processes: int) -> tuple[list[list[Any]], str]:
         """The metrics of ``processes`` fresh runs of ``item`` (through the hook), or none and why."""

@@ -99,6 +99,7 @@ def test_a_bad_marker_is_a_collection_error_with_the_message(
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*ERROR collecting*", message])
+    result.stdout.fnmatch_lines(["*test_a_bad_marker_is_a_collection_error_with_the_message.py:3: *"])  # its line
     assert "Traceback" not in result.stdout.str() and "_pytest" not in result.stdout.str()
 
 

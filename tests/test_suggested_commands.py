@@ -60,6 +60,8 @@ def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replac
     result.assert_outcomes(passed=1)
     output = result.stdout.str()
     assert "inconclusive" in output and "spread between processes is 900% here" in output
+    result.stdout.fnmatch_lines(["test_step.py:*", "*GpuperfWarning: *spread between processes*"])  # the test's place
+    assert "session.py" not in output
     command = suggested(output)
     assert command == ["--gpuperf", "--gpuperf-update", NODE]
 

@@ -46,6 +46,10 @@ def second_opinion(item: Any, handle: GpuPerf | None, again: Callable[[], dict[s
         return
     from pytest_gpuperf.judging.replication import second_look
 
-    second_look(
+    warning = second_look(
         handle.judging, item.nodeid, lambda runs: ([again() for _ in range(runs)], ""), "a second run of the script"
     )
+    if warning and hasattr(item, "warn"):
+        from pytest_gpuperf.results import GpuperfWarning
+
+        item.warn(GpuperfWarning(warning))
