@@ -139,6 +139,13 @@ def argparse_help(text: str) -> str:
     return text.replace("%", "%%")
 
 
+def with_default(text: str, default: Any) -> str:
+    """``text (default: 2.0)``, as pytest's own ``--help`` shows defaults; unchanged when it names its default."""
+    if default in (None, "") or "(default" in text:
+        return text
+    return f"{text} (default: {default})"
+
+
 def add_options(parser: pytest.Parser, options: list[OptionSpec] | None = None) -> None:
     """Register command-line flags and their ini twins (the core's ``OPTIONS`` by default).
 
@@ -162,10 +169,11 @@ def add_options(parser: pytest.Parser, options: list[OptionSpec] | None = None) 
             continue
         choices = extras.get("choices")
         metavar = extras.get("metavar") or ("{" + ",".join(choices) + "}" if choices else _default_metavar(flag, kind))
+        shown = with_default(help_text, default)
         group.addoption(
-            flag, *aliases, action="store", default=None, dest=name, metavar=metavar, help=argparse_help(help_text)
+            flag, *aliases, action="store", default=None, dest=name, metavar=metavar, help=argparse_help(shown)
         )
-        parser.addini(name, help=f"{help_text} (default {default!r})", default=str(default))
+        parser.addini(name, help=shown, default=str(default))
 
 
 def get_option(config: pytest.Config, flag: str) -> Any:

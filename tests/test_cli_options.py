@@ -33,6 +33,10 @@ def test_pytest_help_exits_0_and_lists_every_option_with_a_metavar(pytester: pyt
     ):
         assert shown in text, shown
     assert "--gpuperf-json=N" not in text
+    flat = " ".join(text.split())  # argparse wraps help lines
+    for default in ("in seconds (default: 2.0)", "per measure() call (default: 30)", "(default: 0.25)"):
+        assert default in flat, default  # defaults shown, as pytest's own options show theirs
+    assert "--gpuperf-accept-slower like --gpuperf-update, and also write time/throughput entries" in flat
     assert "--gpuperf-dist-no-pool" not in text  # old spelling: works, but not advertised
     negatives = [w for w in text.split() if w.startswith("--gpuperf") and "-no-" in w]
     assert negatives and all(w.startswith("--gpuperf-no-") for w in negatives), negatives
