@@ -271,3 +271,32 @@ def test_a_script_baseline_comes_from_several_runs_and_a_slow_run_is_confirmed_b
     slow.assert_outcomes(failed=1)
     assert slow.launches == 2
     slow.stdout.fnmatch_lines(["*rated: tokens per s*confirmed in a second run of the script*"])
+
+
+def test_a_script_entry_recorded_from_one_run_is_rerecorded_from_n_runs_and_then_stays_put(
+    pytester: pytest.Pytester, fast_args: list[str]
+) -> None:
+    """Issue 21 item 4: entries said 'processes: 1, process_spread: 0.0' though recorded from 3 runs."""
+    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS)
+    node, name = "test_rated.py::test_rated[cpu]", "rated.tokens_per_s"
+
+    def record(rates: str) -> pytest.RunResult:
+        (pytester.path / "rates.txt").write_text(rates)
+        (pytester.path / "count.txt").unlink(missing_ok=True)
+        result = pytester.runpytest("--gpuperf-update", *fast_args, "--gpuperf-processes", "3")
+        result.assert_outcomes(passed=1)
+        return result
+
+    record("100 130 98")
+    [path] = sorted((pytester.path / "baselines").glob("*-ws1.yaml"))
+    doc = yaml.safe_load(path.read_text())
+    entry = doc["tests"][node][name]
+    assert entry["processes"] == 3 and entry["process_spread"] == pytest.approx(130 / 98 - 1, abs=1e-3)
+    entry.update(processes=1, process_spread=0.0)  # what an older recording left in the committed file
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    record("100 104 98").stdout.fnmatch_lines(["*rated.tokens_per_s*recorded from 3 processes (was 1)*"])
+    entry = yaml.safe_load(path.read_text())["tests"][node][name]
+    assert entry["processes"] == 3 and entry["process_spread"] == pytest.approx(104 / 98 - 1, abs=1e-3)
+    before = path.read_text()
+    record("101 99 103")  # the same code again: every entry within its tolerance stays, informational ones too
+    assert path.read_text() == before
