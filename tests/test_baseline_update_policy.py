@@ -196,3 +196,31 @@ def test_an_informational_rate_that_changed_form_keeps_its_entry_with_an_unmoved
     ]
     kept = decide(again, read, entries_for(again), "cpu")
     assert {"step.time", "step.throughput", "step.flop_rate", "step.roof_share"} <= set(kept)
+
+
+def test_rerecording_unchanged_code_from_injected_samples_changes_0_lines_of_the_file(tmp_path: Path) -> None:
+    """Issue 23/21: two re-records of unchanged code gave 22- and 9-line diffs (informational rates, noise)."""
+    from pytest_gpuperf.baselines import load_baseline_file, update_baseline_file
+
+    path, fingerprint = tmp_path / "cpu.yaml", {"backend": "cpu"}
+
+    class Report:
+        when, nodeid, passed, outcome = "call", "t.py::a[cpu]", True, "passed"
+
+    def record(scale: float, share: float, spread: float) -> str:
+        metrics = [*timing(scale), Metric("step.roof_share", share, "", "higher", "custom", judged=False)]
+        for metric in metrics[:2]:
+            metric.extra.update(processes=3, process_spread=spread)
+        committed: dict = {}
+        updater = BaselineUpdater(committed)
+        updater.hold(Report.nodeid, path, fingerprint, [Verdict(m, "recorded") for m in metrics],
+                     load_baseline_file(path), "cpu")  # fmt: skip
+        updater.pytest_runtest_logreport(Report())  # type: ignore[arg-type]
+        update_baseline_file(path, fingerprint, committed[path][1])
+        return path.read_text()
+
+    first = record(1.0, 0.62, 0.03)
+    assert record(1.04, 0.97, 0.01) == first  # 4% slower, informational share +56%, a calmer spread: 0 lines
+    assert record(0.97, 0.70, 0.04) == first
+    assert record(1.5, 0.62, 0.03) == first  # slower past the tolerance: kept without --gpuperf-accept-slower
+    assert record(0.5, 0.62, 0.03) != first  # faster past it: a tighter gate is written
