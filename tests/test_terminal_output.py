@@ -182,3 +182,17 @@ def test_summary_line_counts_statuses_and_names_devices() -> None:
     assert summary_line(reported) == (
         "gpuperf: 2 tests, 4 metrics: 1 ok, 1 improved, 1 no baseline, 1 informational (AMD EPYC)"
     )
+
+
+def test_a_strict_mode_failure_says_its_first_sentence_once() -> None:
+    inconclusive = _verdict(status="inconclusive", baseline=1.0, value=1.3, ratio=1.3, tolerance=0.05)
+    failures = ["time 1.30 s > baseline 1.00 s (+30.0%): inconclusive, a reason (--gpuperf-strict)"]
+    text = failure_longrepr("t.py::t[cpu]", [inconclusive], failures)
+    assert text.splitlines() == failures  # the head line only: no repeat, no "record it" advice for a non-change
+    new = _verdict(status="new", baseline=None, value=1.0, ratio=None, tolerance=0.05)
+    lines = failure_longrepr("t.py::t[cpu]", [new], ["time: no baseline on cpu (--gpuperf-strict)"]).splitlines()
+    assert lines[0] == "time: no baseline on cpu (--gpuperf-strict)" and len(lines) == 2
+    assert lines[1] == (
+        "If this change is intended, record it with: pytest --gpuperf --gpuperf-update 't.py::t[cpu]' "
+        "and commit the baselines/ diff."
+    )
