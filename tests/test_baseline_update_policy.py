@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.baselines import BaselineFile, parse_baseline_text, render_baseline
-from pytest_gpuperf.baselines.update import BaselineUpdater, decide, entries_for, plan
+from pytest_gpuperf.baselines.policy import decide, plan
+from pytest_gpuperf.baselines.update import BaselineUpdater, entries_for
 from pytest_gpuperf.results import Metric, Verdict
 
 
