@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.ab import gitref
+from pytest_gpuperf.ab.evidence import TestEvidence, judge_evidence
 from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath
 from pytest_gpuperf.ab.judge import SideSample, judge_metric
 from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
-from pytest_gpuperf.ab.runner import TestEvidence, child_env, judge_evidence, side_scope
+from pytest_gpuperf.ab.runner import child_env, side_scope
 from pytest_gpuperf.results import worst_status as worst
 
 TIME = {"unit": "s", "better": "lower", "kind": "time", "tolerance": 0.25, "label": "time"}

@@ -1,4 +1,4 @@
-"""Worker processes of both sides, alternating A B B A ..., and the per-test evidence they return.
+"""Worker processes of both sides, alternating A B B A ..., and the per-test evidence they return (:mod:`.evidence`).
 
 Each round pair starts one worker of each side (pair 0: A then B, pair 1: B then A, ...), so
 both sides see the same machine state on average; one worker process runs every selected test
@@ -18,10 +18,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
-from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
+from pytest_gpuperf.ab.evidence import TestEvidence, WorkerRun, broken_tests, entry_of, judge_evidence
 from pytest_gpuperf.distributed.guard import popen_guarded, stop_guarded
 from pytest_gpuperf.keys import ROOFS_ENV
 
@@ -39,93 +37,6 @@ class Side:
     rootdir: Path
     env: dict[str, str]
     scope: list[str]
-
-
-@dataclass
-class WorkerRun:
-    """One worker process: its side, wall time and what it wrote (or why nothing came back)."""
-
-    side: str
-    pair: int
-    seconds: float
-    tests: int
-    data: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-
-@dataclass
-class TestEvidence:
-    """Everything the workers returned for one test, by round pair."""
-
-    __test__ = False
-
-    nodeid: str
-    a: list[dict[str, Any] | None] = field(default_factory=list)
-    b: list[dict[str, Any] | None] = field(default_factory=list)
-    verdicts: list[AbVerdict] = field(default_factory=list)
-
-    def errors(self, side: str) -> list[str]:
-        """Error texts of this test's processes on ``side``."""
-        entries = self.a if side == "A" else self.b
-        return [str(e["error"]) for e in entries if e and e.get("error")]
-
-    def last_payload(self, side: str) -> dict[str, Any] | None:
-        """The latest ``report.gpuperf`` payload of ``side``."""
-        entries = self.a if side == "A" else self.b
-        payloads = [e["payload"] for e in entries if e and e.get("payload")]
-        return payloads[-1] if payloads else None
-
-    @property
-    def decided(self) -> bool:
-        """True when no metric needs more rounds."""
-        return all(v.decided for v in self.verdicts)
-
-
-def _metrics(entry: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    payload = (entry or {}).get("payload") or {}
-    return {str(v["metric"]): v for v in payload.get("verdicts", []) if "metric" in v}
-
-
-def _sample(verdict: dict[str, Any]) -> SideSample:
-    return SideSample(verdict.get("value"), list(verdict.get("sample_values") or []), str(verdict.get("status", "")))
-
-
-def judge_evidence(evidence: TestEvidence, final: bool) -> list[AbVerdict]:
-    """Judge every metric of one test from its pairs (pairs where both sides reported the metric)."""
-    a_metrics = [_metrics(e) for e in evidence.a]
-    b_metrics = [_metrics(e) for e in evidence.b]
-    names: list[str] = []
-    for metrics in [*b_metrics, *a_metrics]:
-        names += [n for n in metrics if n not in names]
-    verdicts = []
-    for name in names:
-        a_side = [_sample(m[name]) for m in a_metrics if name in m]
-        b_side = [_sample(m[name]) for m in b_metrics if name in m]
-        info = next((m[name] for m in reversed(b_metrics) if name in m), None) or next(
-            m[name] for m in a_metrics if name in m
-        )
-        if not a_side or not b_side:
-            only = "B (the working tree)" if b_side else "A (REF)"
-            side = b_side or a_side
-            verdict = AbVerdict(
-                name,
-                str(info.get("label", name)),
-                str(info.get("unit", "")),
-                str(info.get("better", "lower")),
-                str(info.get("kind", "custom")),
-                "info",
-                [s.value for s in a_side],
-                [s.value for s in b_side],
-                message=f"only measured on {only}",
-            )
-            verdict.b = side[-1].value if b_side else None
-            verdict.judged = any(s.status != "info" for s in side)
-            verdict.a = side[-1].value if a_side else None
-            verdicts.append(verdict)
-            continue
-        verdicts.append(judge_metric(name, a_side, b_side, pairs_of(name, a_metrics, b_metrics), info, final))
-    decide_on_cycles(verdicts, a_metrics, b_metrics, final)
-    return verdicts
 
 
 @dataclass
@@ -379,7 +290,7 @@ class AbRunner:
                 runs[side.name] = self.finish(warm, side, pair, pending)
             outcome.runs += [runs[s.name] for s in self._order(pair)]
             if pair == 0:
-                a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], nodeids)
+                a_has = set(runs["A"].data.get("collected", [])) | broken_tests(runs["A"], nodeids)
                 b_has = set(runs["B"].data.get("collected", []))
                 if runs["A"].error is None:
                     outcome.new = [n for n in nodeids if n not in a_has]
@@ -387,8 +298,8 @@ class AbRunner:
                 pending = [n for n in pending if n in a_has or runs["A"].error is not None]
             for nodeid in pending:
                 item = evidence.setdefault(nodeid, TestEvidence(nodeid))
-                item.a.append(_entry(runs["A"], nodeid))
-                item.b.append(_entry(runs["B"], nodeid))
+                item.a.append(entry_of(runs["A"], nodeid))
+                item.b.append(entry_of(runs["B"], nodeid))
             for run in runs.values():
                 tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
                 outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
@@ -407,7 +318,7 @@ class AbRunner:
         for run in outcome.runs:
             if run.side == "B" and run.pair == 0:
                 for nodeid in outcome.new:
-                    evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(_entry(run, nodeid))
+                    evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(entry_of(run, nodeid))
 
     def scan(self) -> tuple[list[str], list[str]] | None:
         """Both sides' perf tests by collection alone (nothing runs): ``(new, removed)``, None when A failed.
@@ -420,31 +331,8 @@ class AbRunner:
         if runs["A"].error is not None:
             return None
         b_has = list(runs["B"].data.get("collected", []))
-        a_has = set(runs["A"].data.get("collected", [])) | _broken(runs["A"], b_has)
+        a_has = set(runs["A"].data.get("collected", [])) | broken_tests(runs["A"], b_has)
         return [n for n in b_has if n not in a_has], sorted(a_has - set(b_has))
-
-
-def _collect_error(run: WorkerRun, nodeid: str) -> str | None:
-    """The collection error of the file (or a folder above it) that holds ``nodeid`` on the run's side."""
-    path = nodeid.split("::", 1)[0]
-    for where, text in (run.data.get("collect_errors") or {}).items():
-        if where and (path == where or path.startswith(where.rstrip("/") + "/")):
-            return f"collecting {where} failed:\n{text}"
-    return None
-
-
-def _broken(run: WorkerRun, nodeids: list[str]) -> set[str]:
-    """Tests whose file failed to import on the run's side: present there, but broken (not new)."""
-    return {n for n in nodeids if _collect_error(run, n) is not None}
-
-
-def _entry(run: WorkerRun, nodeid: str) -> dict[str, Any] | None:
-    if run.error is not None:
-        return {"outcome": "error", "error": run.error, "payload": None}
-    found = run.data.get("tests", {}).get(nodeid)
-    if found is None and _collect_error(run, nodeid) is not None:
-        return {"outcome": "error", "error": _collect_error(run, nodeid), "payload": None}
-    return found
 
 
 def child_env(base: dict[str, str], pythonpath: str, foreign_root: Path | None, own_root: Path) -> dict[str, str]:

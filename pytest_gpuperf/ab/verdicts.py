@@ -11,8 +11,9 @@ from pytest_gpuperf.results import Metric, Verdict, worst_status
 from pytest_gpuperf.units import format_change, format_value
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.ab.evidence import TestEvidence
     from pytest_gpuperf.ab.gitref import Worktree
-    from pytest_gpuperf.ab.runner import AbOutcome, TestEvidence
+    from pytest_gpuperf.ab.runner import AbOutcome
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.session import GpuperfSession
 
