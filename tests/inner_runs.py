@@ -12,6 +12,7 @@ inner run, lazily imported modules, ...) carry ``@pytest.mark.fresh_process`` an
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -29,17 +30,37 @@ from _pytest.pathlib import make_numbered_dir
 SERVER_SCRIPT = Path(__file__).with_name("fork_server.py")
 
 
+def project_sources() -> dict[str, float]:
+    """Modification times of the plugin's source files, which the server imports once and keeps.
+
+    An edit (or a ``git rebase``) during a long run would otherwise leave the server's children running the old
+    modules it preloaded next to new ones imported from disk.
+    """
+    spec = importlib.util.find_spec("pytest_gpuperf")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    times = {}
+    for folder in spec.submodule_search_locations:
+        for path in Path(folder).rglob("*.py"):
+            with contextlib.suppress(OSError):
+                times[str(path)] = path.stat().st_mtime
+    return times
+
+
 class ForkServer:
-    """One long-lived :mod:`tests.fork_server` process; started on first use, restarted if it died."""
+    """One long-lived :mod:`tests.fork_server` process; started on first use, restarted if it died or the
+    plugin's sources changed since it started."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_path = log_dir / "fork-server.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: socket.socket | None = None
         self._reader: Any = None
+        self._sources: dict[str, float] = {}
 
     def start(self) -> None:
         """Start the server process (it imports torch and pytest, then waits for requests)."""
+        self._sources = project_sources()
         ours, theirs = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a fresh run's base sys.path
         with self.log_path.open("ab") as log:
@@ -67,6 +88,8 @@ class ForkServer:
 
     def run(self, args: list[str], stdout: Path, stderr: Path, timeout: float | None = None) -> int:
         """Run ``pytest ARGS`` in a forked child here (cwd, env); its return code as ``Popen`` gives it."""
+        if self._proc is not None and project_sources() != self._sources:
+            self.close()
         if self._proc is None or self._proc.poll() is not None:
             self.start()
         assert self._conn is not None
