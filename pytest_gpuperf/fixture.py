@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_gpuperf.results import (
     KIND_CUSTOM,
     KIND_MEMORY,
+    KIND_THROUGHPUT,
+    KIND_TIME,
     Better,
     Metric,
 )
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.judging.plan import MeasurePlan
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.timing import MeasureConfig, TimingResult
+    from pytest_gpuperf.timing.calibration import Calibration
 
     #: Adjusts the loop's settings for one step, given the step, just before it is planned and timed.
     AdjustConfig = Callable[[MeasureConfig, Callable[[], object]], MeasureConfig]
@@ -213,7 +216,7 @@ class GpuPerf:
             self.measurements.append(measurement)
             return measurement
         from pytest_gpuperf.judging.plan import plan_measure
-        from pytest_gpuperf.judging.service import judged_timing_metric
+        from pytest_gpuperf.judging.service import judged_timing_metric, suspects
         from pytest_gpuperf.timing import measure_time
         from pytest_gpuperf.timing.metrics import host_sync_metrics, timing_metrics
 
@@ -222,12 +225,14 @@ class GpuPerf:
         if self.adjust_config is not None:
             config = self.adjust_config(config, step)
         plan = plan_measure(self.context, judging, config, name, items)
+        self.calibration()  # measured before the first timing of this process, never after a step of it
         peak = None
         if memory:
             step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state
             peak = self.backend.measure_peak_memory(step)
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        metrics = timing_metrics(name, timing, items, unit, flops, bytes_moved, judged_timing_metric(name, items)[0])
+        judged = judged_timing_metric(name, items)[0]
+        metrics = self._calibrated(timing_metrics(name, timing, items, unit, flops, bytes_moved, judged))
         metrics += host_sync_metrics(name, self.backend.count_host_syncs(step))
         self._check_names_free(name, metrics)
         if peak is not None:
@@ -236,6 +241,8 @@ class GpuPerf:
         hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
         metrics += self._counted(step, name, timing, metrics, hints)
         verdicts = judging.judge(self.context, metrics)
+        if suspects(verdicts) and self._recalibrated(metrics):
+            verdicts = judging.judge(self.context, metrics)  # a suspect judged with this moment's calibration
         if judging.wants_confirmation(verdicts) and not self.confirmed_elsewhere:
             again = self._retime(step, name, plan, items, unit, flops, bytes_moved)
             verdicts = judging.confirm(self.context, verdicts, again, where="a second measurement in this process")
@@ -253,6 +260,44 @@ class GpuPerf:
                 f"{self.node_id}: gpuperf.measure(name={name!r}) produces {', '.join(sorted(map(repr, taken)))}, "
                 "which an earlier gpuperf.record() in this test already used; rename one of them"
             )
+
+    def _recalibrated(self, metrics: list[Metric]) -> bool:
+        """Before a suspected slowdown is confirmed: measure the calibration again (the VM's speed state may have
+        moved since the session's start); True when its metrics now carry another one.
+
+        The kernel is fixed, so the suspect's own regression cannot slow it: on an unchanged machine the verdict
+        stands; in a slower state the time verdicts become inconclusive (another machine state).
+        """
+        if self.calibration() is None:
+            return False
+        from pytest_gpuperf.timing.calibration import measure_calibration, set_process_calibration
+
+        fresh = measure_calibration()
+        set_process_calibration(fresh)
+        changed = False
+        for metric in metrics:
+            if "calibration" in metric.extra:
+                facts = fresh.facts(str(metric.extra.get("method", "")))
+                changed = changed or facts != {k: metric.extra.get(k) for k in facts}
+                metric.extra.update(facts)
+        return changed
+
+    def calibration(self) -> Calibration | None:
+        """This process's calibration on a host-CPU backend (:mod:`pytest_gpuperf.timing.calibration`), else None."""
+        if not self.backend.is_host_cpu():
+            return None  # a GPU's timings are judged with its own clock evidence
+        from pytest_gpuperf.timing.calibration import process_calibration
+
+        return process_calibration()
+
+    def _calibrated(self, metrics: list[Metric]) -> list[Metric]:
+        """``metrics`` whose timing entries carry the host CPU's calibration under the clock they were timed with."""
+        calibration = self.calibration()
+        if calibration is not None:
+            for metric in metrics:
+                if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
+                    metric.extra.update(calibration.facts(str(metric.extra.get("method", ""))))
+        return metrics
 
     def _counted(
         self, step: Callable[[], object], name: str, timing: TimingResult, metrics: list[Metric], hints: dict[str, Any]
@@ -282,7 +327,8 @@ class GpuPerf:
 
         timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
         judged = judged_timing_metric(name, items)[0]
-        return {m.name: m for m in timing_metrics(name, timing, items, unit, flops, bytes_moved, judged)}
+        again = self._calibrated(timing_metrics(name, timing, items, unit, flops, bytes_moved, judged))
+        return {m.name: m for m in again}
 
     def record(self, name: str, value: float | str, unit: str = "", better: Better = "lower") -> Metric:
         """Record any other metric (for example one a script printed) and judge it against its baseline.

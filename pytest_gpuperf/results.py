@@ -27,8 +27,10 @@ KIND_CYCLES = "cycles"
 KIND_HOST = "host"
 #: Kinds judged from their samples (bootstrap of a quantile ratio).
 SAMPLED_KINDS = ("time", "throughput", KIND_CYCLES, KIND_HOST)
+#: Counted FLOPs or bytes of one step (:mod:`pytest_gpuperf.judging.work`): a change means the workload changed.
+KIND_WORK = "work"
 #: Kinds whose value is always a number (a custom metric may hold a word, judged like a category).
-NUMBER_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CYCLES, KIND_HOST)
+NUMBER_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CYCLES, KIND_HOST, KIND_WORK)
 #: Kinds an A/B comparison judges by the ratio of B's value to A's (a category is compared word for word).
 RATIO_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CUSTOM)
 

@@ -15,6 +15,9 @@ import pytest
 from pytest_gpuperf.judging.service import FileBaselines, Judging
 from pytest_gpuperf.results import REPORT_ATTR, verdict_to_dict
 
+#: The plugin an A/B worker process loads (``pytest_gpuperf.ab.runner.WORKER_MODULE``).
+AB_WORKER_PLUGIN = "_gpuperf_ab_worker"
+
 if TYPE_CHECKING:
     from pytest_gpuperf.settings import Settings
 
@@ -31,6 +34,15 @@ class GpuperfSession:
 
         self.judging = Judging(settings, FileBaselines(settings, ref_loader))
         self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Measure the host CPU's calibration once, before any test runs, when a selected test times on it."""
+        from pytest_gpuperf.timing import calibration
+
+        ab = self.config.pluginmanager.has_plugin(AB_WORKER_PLUGIN) or self.config.getoption("gpuperf_ab", None)
+        calibration.set_enabled(not ab)  # A/B judges both sides on this machine: no stored time is compared
+        if not ab and any(_times_on_host_cpu(item) for item in session.items):
+            calibration.process_calibration()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
@@ -110,6 +122,20 @@ class GpuperfSession:
         from pytest_gpuperf.reporting.terminal import write_terminal_summary
 
         write_terminal_summary(terminalreporter, self, self.settings)
+
+
+def _times_on_host_cpu(item: pytest.Item) -> bool:
+    """True for a perf test instance whose backend is the host CPU (cpu, or a CPU Vulkan adapter such as lavapipe)."""
+    callspec = getattr(item, "callspec", None)
+    name = callspec.params.get("gpuperf_backend") if callspec is not None else None
+    if not isinstance(name, str) or any(mark.name == "skip" for mark in item.iter_markers()):
+        return False
+    from pytest_gpuperf.backends import get_backend
+
+    try:
+        return bool(get_backend(name).is_host_cpu())
+    except Exception:  # noqa: BLE001 - a backend that cannot answer is measured lazily by its first test
+        return False
 
 
 def call_params(item: pytest.Item) -> dict[str, Any] | None:

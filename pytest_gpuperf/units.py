@@ -51,6 +51,8 @@ def format_value(value: float | str, unit: str) -> str:
         return format_bytes(value)
     if unit == "s":
         return format_seconds(value)
+    if unit == "FLOP":
+        return "0 FLOP" if value == 0 else format_rate(value, unit)
     if unit.endswith("/s"):
         return format_rate(value, unit)
     if unit == "ratio":

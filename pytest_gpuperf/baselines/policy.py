@@ -39,7 +39,14 @@ def _moved(metric: Metric, old: dict[str, Any], where: str) -> Verdict | None:
 
 
 def _same_identity(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    return all(new.get(key) == old.get(key) for key in IDENTITY_FIELDS)
+    """Measured the same way; an old entry without the calibration a new one carries is rewritten once."""
+    return not _changed_fields(new, old)
+
+
+def _changed_fields(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """The identity fields that differ, and ``calibration`` when the new entry adds one (an older file's)."""
+    changed = [key for key in IDENTITY_FIELDS if new.get(key) != old.get(key)]
+    return changed + (["calibration"] if "calibration" in new and "calibration" not in old else [])
 
 
 def _families(metrics: list[Metric]) -> dict[str, list[Metric]]:
@@ -104,7 +111,7 @@ def _judged_group(
     if any(m.name not in old for m in deciding):
         decision = Decision(False, "new")
     elif any(not _same_identity(new[m.name], old[m.name]) for m in deciding):
-        changed = sorted({k for m in deciding for k in IDENTITY_FIELDS if new[m.name].get(k) != old[m.name].get(k)})
+        changed = sorted({k for m in deciding for k in _changed_fields(new[m.name], old[m.name])})
         decision = Decision(False, "measured", detail=f"measured differently ({', '.join(changed)} changed)")
     else:
         for metric in deciding:

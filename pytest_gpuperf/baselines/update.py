@@ -48,6 +48,10 @@ MEASUREMENT_FACTS = (
     "min_detectable_change",
     "noise_bound",
     "eager_time",
+    "calibration",  # the host CPU's speed class (pytest_gpuperf.timing.calibration)
+    "calibration_spread",
+    "calibration",  # the host CPU's speed class (pytest_gpuperf.timing.calibration)
+    "calibration_spread",
 )
 
 Entries = dict[str, dict[str, dict[str, Any]]]

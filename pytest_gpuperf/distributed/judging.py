@@ -27,6 +27,22 @@ def judge_world_metrics(item: Any, handle: GpuPerf | None, world_size: int, metr
     handle.metrics.extend(metrics)
 
 
+def with_host_calibration(handle: GpuPerf | None, metrics: list[Metric]) -> list[Metric]:
+    """A script's timing metrics with this process's host-CPU calibration (the script ran on this host's CPU).
+
+    The script times itself with the wall clock, so its metrics carry the wall-clock calibration
+    (:mod:`pytest_gpuperf.timing.calibration`); nothing on a GPU backend or in smoke mode.
+    """
+    calibration = handle.calibration() if handle is not None and handle.judging is not None else None
+    if calibration is not None:
+        from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME
+
+        for metric in metrics:
+            if metric.kind in (KIND_TIME, KIND_THROUGHPUT) and "calibration" not in metric.extra:
+                metric.extra.update(calibration.facts(str(metric.extra.get("method", "wall"))))
+    return metrics
+
+
 def imbalance_tolerance(handle: GpuPerf | None) -> float | None:
     """Imbalance is as noisy as time on this backend: judge it with the backend's time tolerance."""
     if handle is None or handle.judging is None:

@@ -122,7 +122,12 @@ class TorchrunRunner:
         ``<name>.tokens_per_s`` (slowest rank) and ``<name>.imbalance``; ``name`` defaults
         to the script's stem.
         """
-        from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics, second_opinion
+        from pytest_gpuperf.distributed.judging import (
+            imbalance_tolerance,
+            judge_world_metrics,
+            second_opinion,
+            with_host_calibration,
+        )
 
         problem = world_size_problem(self.backend, nproc_per_node)
         if problem is not None:
@@ -142,7 +147,7 @@ class TorchrunRunner:
         if problem:
             pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun.run(): {problem}", pytrace=False)
         returncode, output, report, seconds = self._launch(command, run_env, limit, path, nproc_per_node)
-        metrics = script_metrics(report, stem, imbalance_tolerance(self.handle))
+        metrics = with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
         if record:
             if not metrics:
                 pytest.fail(
@@ -155,7 +160,8 @@ class TorchrunRunner:
 
             def again() -> dict[str, Metric]:
                 _, _, more, _ = self._launch(command, run_env, limit, path, nproc_per_node)
-                return {m.name: m for m in script_metrics(more, stem, imbalance_tolerance(self.handle))}
+                again_metrics = script_metrics(more, stem, imbalance_tolerance(self.handle))
+                return {m.name: m for m in with_host_calibration(self.handle, again_metrics)}
 
             second_opinion(self.item, self.handle, again)
         result = TorchrunResult(command, returncode, output, report, seconds, metrics)

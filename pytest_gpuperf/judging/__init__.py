@@ -7,5 +7,7 @@
 * :mod:`.compare`: one metric against one entry;
 * :mod:`.clock_rule`: a timing verdict decided by cycles per step when the GPU's SM clock moved;
 * :mod:`.evidence`: when a verdict is inconclusive instead;
+* :mod:`.machine_rule`: another host CPU (its calibration against the baseline's) makes time verdicts inconclusive;
+* :mod:`.work`: a step's counted FLOPs/bytes against the baseline's (a changed workload);
 * :mod:`.replication`: the verdict from N processes, and the fresh confirmation of a suspect.
 """

@@ -10,6 +10,8 @@
   the point estimate is past the tolerance *and* the interval excludes "no
   change". The ratios are raw: nothing rescales them;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
+* counted work (FLOPs, bytes per step): a change beyond counting noise fails, saying the workload changed
+  (:mod:`pytest_gpuperf.judging.work`);
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction.
 """
 
@@ -19,7 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.results import KIND_CATEGORY, KIND_MEMORY, MEMORY_SLACK_BYTES, SAMPLED_KINDS, Metric, Verdict
+from pytest_gpuperf.results import (
+    KIND_CATEGORY,
+    KIND_MEMORY,
+    KIND_WORK,
+    MEMORY_SLACK_BYTES,
+    SAMPLED_KINDS,
+    Metric,
+    Verdict,
+)
 from pytest_gpuperf.stats import judged_quantile
 from pytest_gpuperf.units import format_change, format_value
 
@@ -82,6 +92,10 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
             baseline=base_value,
             message=f"{metric.label()} changed: {base_value} -> {metric.value} on {where}",
         )
+    if metric.kind == KIND_WORK:
+        from pytest_gpuperf.judging.work import judge_work
+
+        return judge_work(metric, entry, tolerance, where)
     assert isinstance(metric.value, (int, float)) and isinstance(base_value, (int, float))
     if metric.kind in SAMPLED_KINDS:
         return _judge_samples(metric, entry, tolerance, where)

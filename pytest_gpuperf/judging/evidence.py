@@ -4,6 +4,8 @@ A perf gate must neither fail unchanged code nor pass a regression, so when the 
 cannot tell them apart the verdict says so instead of guessing:
 
 * the step never settled during warm-up (the timing loop's ``settled`` flag): its transient is not judged;
+* the host CPU's calibration differs from the one stored with the baseline (another machine of the same model,
+  :mod:`pytest_gpuperf.timing.calibration`);
 * the GPU ran at another SM clock than when the baseline was recorded, or was throttled (NVML readings);
 * a change past the tolerance measured while the measuring thread waited for a CPU (the contention guard);
 * a change past the tolerance that the spread *between processes* recorded in the baseline can explain;
@@ -158,12 +160,19 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
 
 
 def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_decided: bool = False) -> str | None:
-    """A machine state the evidence cannot judge across (NVML readings), or None.
+    """A machine state the evidence cannot judge across (the host CPU's calibration, NVML readings), or None.
 
+    A host CPU whose calibration differs from the baseline's is another machine (or another speed state of it):
+    :func:`pytest_gpuperf.judging.machine_rule.machine_change`.
     A moved SM clock alone is not such a state when the step's cycles decided (``clock_decided``), nor for a
     memory-bound step (its time follows the memory clock); a moved memory clock is, for a memory-bound step,
     and so is a GPU throttled by heat, a hardware slowdown or a power brake.
     """
+    from pytest_gpuperf.judging.machine_rule import machine_change
+
+    calibrated = machine_change(extra, entry)
+    if calibrated:
+        return calibrated
     if extra.get("throttled"):
         return (
             f"the GPU was throttled while measuring (clock events: {extra.get('clock_events') or '?'}); "

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.baselines.sources import BaselineSource, Entries, FileBaselines, FixedBaselines, Loader
 from pytest_gpuperf.judging import tolerances
-from pytest_gpuperf.results import KIND_HOST, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.results import KIND_HOST, KIND_THROUGHPUT, KIND_TIME, KIND_WORK, Metric, Verdict
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.update import BaselineUpdater
@@ -120,13 +120,19 @@ class Judging:
             tolerance = metric.tolerance = self.metric_tolerance(context, metric)
             if self.settings.update:
                 verdicts.append(Verdict(metric, "recorded" if metric.judged else "info", tolerance=tolerance))
+            elif metric.kind == KIND_WORK and metric.judged and entries and metric.name not in entries:
+                from pytest_gpuperf.judging.work import unrecorded
+
+                verdicts.append(unrecorded(metric))  # a baseline from before counted work was stored
             else:
                 cycles = _cycles_of(metric, by_name, entries)
                 entry = entries.get(metric.name)
                 verdicts.append(
                     self._judge_one(metric, entry, tolerance, where, cycles=cycles, node_id=context.node_id)
                 )
-        return self._explain_bounds(verdicts, entries)
+        from pytest_gpuperf.judging.work import explain_timing
+
+        return explain_timing(self._explain_bounds(verdicts, entries))
 
     @staticmethod
     def _judge_one(
@@ -157,7 +163,14 @@ class Judging:
             metric.extra["min_detectable_change"] = mdc
             verdict = replace(verdict, message=f"{verdict.message}; smallest detectable slowdown {mdc:.0%}")
         doubt = timing_reason(verdict, entry, node_id, clock_decided=by_cycles is not None) if evidence else None
-        return inconclusive(verdict, doubt[1], doubt[0]) if doubt else verdict
+        if doubt:
+            return inconclusive(verdict, doubt[1], doubt[0])
+        if verdict.status == "regression" and metric.kind in (KIND_TIME, KIND_THROUGHPUT):
+            from pytest_gpuperf.judging.machine_rule import missing_note
+
+            note = missing_note(metric.extra, entry)
+            verdict = replace(verdict, message=f"{verdict.message}; {note}") if note else verdict
+        return verdict
 
     @staticmethod
     def _explain_bounds(verdicts: list[Verdict], entries: Entries) -> list[Verdict]:
@@ -207,6 +220,13 @@ class Judging:
             again_verdict = self._judge_one(
                 metric, entries.get(metric.name), tolerance, described, evidence=False, cycles=cycles
             )
+            from pytest_gpuperf.judging.evidence import MACHINE, inconclusive
+            from pytest_gpuperf.judging.machine_rule import machine_change
+
+            elsewhere = machine_change(metric.extra, entries.get(metric.name))  # the fresh process's own calibration
+            if elsewhere and again_verdict.status == verdict.status:
+                out.append(inconclusive(verdict, f"{where} agreed, but there {elsewhere}", MACHINE))
+                continue
             out.append(reconcile(verdict, again_verdict, where=where, node_id=context.node_id))
         return out
 

@@ -142,7 +142,8 @@ def analytic_verdict(
 
 
 def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -> list[Metric]:
-    """``<name>.bound`` (category), ``<name>.arithmetic_intensity`` and ``<name>.roof_share`` (info)."""
+    """``<name>.bound`` (category), the counted work (``<name>.flops_per_step``, ``<name>.bytes_per_step``, judged:
+    :mod:`pytest_gpuperf.judging.work`), ``<name>.arithmetic_intensity`` and ``<name>.roof_share`` (info)."""
     extra: dict[str, Any] = {
         **line.as_extra(),
         "flops_source": count.flops_source,
@@ -160,7 +161,11 @@ def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -
         share_metric = Metric(
             f"{name}.roof_share", line.over_roof_word(), "", "equal", KIND_CATEGORY, judged=False, extra=extra
         )
+    from pytest_gpuperf.judging.work import work_metrics
+
+    sources = {"flops_source": count.flops_source, "bytes_source": count.bytes_source}
     return [
+        *work_metrics(name, count.flops, count.bytes, sources),
         Metric(f"{name}.bound", line.bound, "", "equal", KIND_CATEGORY, extra=extra),
         Metric(
             f"{name}.arithmetic_intensity",

@@ -5,7 +5,8 @@
 * :mod:`.warmup`, :mod:`.contention`, :mod:`.l2_flush`: warm-up to steady state, CPU contention, cold-cache runs;
 * :mod:`.cuda`: the GPU's own time per step on CUDA (graphs, CUPTI, NVML clocks);
 * :mod:`.metrics`: the metrics one timed step yields (time, throughput, cycles, host overhead, rates);
-* :mod:`.sync_timer`: pytest-benchmark's device-synchronizing timer.
+* :mod:`.sync_timer`: pytest-benchmark's device-synchronizing timer;
+* :mod:`.calibration`: the host CPU's speed class, a fixed kernel timed once per process.
 
 Code outside this package imports the names below from here.
 """

@@ -1,0 +1,63 @@
+"""Whether this run's host CPU is the one that recorded a baseline: its calibration against the stored one.
+
+A recorded timing entry stores its process's calibration (:mod:`pytest_gpuperf.timing.calibration`:
+``calibration``, ``calibration_spread``). A run whose calibration differs from the entry's by more than both
+spreads plus :data:`MACHINE_FLOOR` is on another machine (or the same one in another speed state): its time
+and throughput verdicts are inconclusive (:func:`machine_change`, read by :mod:`.evidence`), never failed and
+never rescaled. Memory, class and counted-work verdicts still judge. An entry without a calibration (an older
+file) is judged as before, and a failure says to re-record (:func:`missing_note`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_gpuperf.timing.calibration import KERNEL
+
+#: Least relative difference that means another machine, on top of the recorded and measured spreads.
+MACHINE_FLOOR = 0.10
+#: Most a spread may widen the band (a calibration that moved more than this is no better than this).
+SPREAD_CAP = 0.15
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def band(base_spread: float, run_spread: float) -> float:
+    """The relative difference two calibrations may show on the same machine."""
+    return MACHINE_FLOOR + min(SPREAD_CAP, max(0.0, base_spread)) + min(SPREAD_CAP, max(0.0, run_spread))
+
+
+def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
+    """Why this run's machine is not the one that recorded ``entry`` (their calibrations differ), or None.
+
+    None also when either side carries no calibration (a GPU timing, a baseline recorded before
+    calibrations were stored: see :func:`missing_note`).
+    """
+    run, base = _number(extra.get("calibration")), _number((entry or {}).get("calibration"))
+    if not run or not base or run <= 0 or base <= 0:
+        return None
+    allowed = band(
+        _number((entry or {}).get("calibration_spread")) or 0.0, _number(extra.get("calibration_spread")) or 0.0
+    )
+    ratio = run / base
+    if 1.0 / (1.0 + allowed) <= ratio <= 1.0 + allowed:
+        return None
+    speed = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    return (
+        f"this machine's calibration ({KERNEL}) ran {speed} than on the machine that recorded the baseline "
+        f"({run * 1e6:.3g} vs {base * 1e6:.3g} us per call; the same machine stays within {allowed:.0%}): another "
+        "machine, or this one in another speed state, so its times are not judged against this baseline (never "
+        "rescaled); compare on this runner with --gpuperf-ab REF, or re-record here with --gpuperf-update"
+    )
+
+
+def missing_note(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
+    """A note for a host-CPU timing judged against an entry that stores no calibration, else None."""
+    if _number(extra.get("calibration")) is None or entry is None or _number(entry.get("calibration")) is not None:
+        return None
+    return (
+        "its baseline stores no machine calibration (recorded by an older pytest-gpuperf), so a run on another "
+        "machine of the same model cannot be told apart: re-record with --gpuperf-update"
+    )

@@ -1,0 +1,122 @@
+"""Counted work per step: a changed workload is its own finding, in the terminal, the Markdown and the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.baselines.policy import decide
+from pytest_gpuperf.baselines.update import entries_for
+from pytest_gpuperf.context import build_context
+from pytest_gpuperf.judging.compare import judge
+from pytest_gpuperf.judging.service import FixedBaselines, Judging
+from pytest_gpuperf.judging.work import WORK_TOLERANCE, format_work, work_metrics
+from pytest_gpuperf.results import KIND_THROUGHPUT, Metric
+from tests.test_judging import NODE, FakeBackend, settings
+from tests.test_verdicts import entry, samples, time_metric
+
+MIB = 2**20
+
+
+def work_entry(value: float, unit: str = "B") -> dict[str, Any]:
+    return {"value": value, "unit": unit, "better": "equal", "kind": "work"}
+
+
+def judged(tmp_path: Path, metrics: list[Metric], entries: dict[str, Any], **overrides: Any) -> tuple[list[Any], Any]:
+    judging = Judging(settings(tmp_path, **overrides), FixedBaselines(entries))
+    context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
+    verdicts = judging.judge(context, metrics)
+    judging.store(context, verdicts)
+    return verdicts, judging
+
+
+def test_work_metrics_are_exact_counts_judged_within_counting_noise() -> None:
+    flops, moved = work_metrics("step", 2.0 * 1024**3, 48.0 * MIB, {"flops_source": "flops= hint"})
+    assert (flops.name, flops.unit, flops.kind, flops.better) == ("step.flops_per_step", "FLOP", "work", "equal")
+    assert moved.value == 48 * MIB and isinstance(moved.value, int) and moved.tolerance == WORK_TOLERANCE
+    assert flops.extra == {"source": "flops= hint"} and format_work(flops.value, "FLOP") == "2.15 GFLOP"
+    same = judge(moved, work_entry(48.0 * MIB * 1.000004), WORK_TOLERANCE, "here")  # the file's 6 digits
+    assert same.status == "unchanged"
+    doubled = judge(Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work"), work_entry(48 * MIB), 0.01, "CPU")
+    assert doubled.status == "changed" and doubled.failed
+    assert doubled.message.startswith("bytes per step 96.00 MiB vs 48.00 MiB (2x) on CPU: the test's workload changed")
+    assert "if intended, re-record" in doubled.message
+    none_before = judge(Metric("step.flops_per_step", 10, "FLOP", "equal", "work"), work_entry(0, "FLOP"), 0.01, "CPU")
+    assert none_before.status == "changed" and "from none" in none_before.message
+
+
+def test_a_time_change_with_changed_work_is_not_called_a_slowdown(tmp_path: Path) -> None:
+    entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(48 * MIB)}
+    metrics = [time_metric(samples(2.0, 1)), Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work")]
+    (timing, work), judging = judged(tmp_path, metrics, entries)
+    assert work.status == "changed"
+    assert timing.status == "inconclusive" and timing.doubt == "work" and timing.suspected == "regression"
+    assert "the step's work changed (bytes per step 96.00 MiB vs 48.00 MiB)" in timing.message
+    assert judging.failure_lines(NODE) == [work.message]  # one finding: the workload, not a slowdown
+    assert not judging.wants_confirmation([timing, work])  # no fresh process for a known cause
+
+
+def test_the_same_work_getting_slower_is_still_a_regression(tmp_path: Path) -> None:
+    entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(48 * MIB)}
+    metrics = [time_metric(samples(2.0, 1)), Metric("step.bytes_per_step", 48 * MIB, "B", "equal", "work")]
+    (timing, work), _ = judged(tmp_path, metrics, entries)
+    assert timing.status == "regression" and work.status == "unchanged"
+
+
+def test_a_baseline_recorded_before_work_was_stored_shows_it_and_does_not_fail_strict(tmp_path: Path) -> None:
+    entries = {"step.time": entry(samples(1.0, 2))}
+    metrics = [time_metric(samples(1.0, 1)), Metric("step.flops_per_step", 10, "FLOP", "equal", "work")]
+    (_, work), judging = judged(tmp_path, metrics, entries, strict=True)
+    assert work.status == "info" and "re-record to judge the step's work" in work.message
+    assert not judging.failure_lines(NODE)
+
+
+def test_update_keeps_an_unchanged_count_and_rewrites_a_changed_one() -> None:
+    [metric] = [m for m in work_metrics("step", 0.0, 48 * MIB, {}) if m.name == "step.bytes_per_step"]
+    new = entries_for([metric])
+    assert new["step.bytes_per_step"] == work_entry(48 * MIB)
+    assert "step.bytes_per_step" in decide([metric], {"step.bytes_per_step": work_entry(48 * MIB)}, new, "here")
+    assert decide([metric], {"step.bytes_per_step": work_entry(24 * MIB)}, new, "here") == {}
+
+
+SAXPY = """
+import os
+import torch
+
+N = int(os.environ.get("ROWS", "256"))
+
+
+def test_add(gpuperf):
+    x, y = torch.randn(N, 4096), torch.randn(N, 4096)
+    out = torch.empty(N, 4096)
+    gpuperf.measure(lambda: torch.add(x, y, out=out), items=N, unit="rows", memory=False)
+"""
+
+
+def test_end_to_end_the_work_change_is_reported_in_terminal_markdown_and_json(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_saxpy=SAXPY)
+    args = ["--gpuperf", "-p", "no:randomly", "--gpuperf-max-time", "0.3", "--gpuperf-processes", "1"]
+    pytester.runpytest(*args, "--gpuperf-update").assert_outcomes(passed=1)
+    text = next((pytester.path / "baselines").glob("cpu-*.yaml")).read_text()
+    assert "step.bytes_per_step:\n      value: 12582912\n      unit: B\n      better: equal\n      kind: work" in text
+    monkeypatch.setenv("ROWS", "512")  # the test's size changed, its baseline did not
+    result = pytester.runpytest(*args, "--gpuperf-json", "out.json", "--gpuperf-markdown", "out.md")
+    result.assert_outcomes(failed=1)
+    sentence = "bytes per step 24.00 MiB vs 12.00 MiB (2x)"
+    result.stdout.fnmatch_lines([f"*{sentence}*the test's workload changed; if intended, re-record*"])
+    head = "bytes per step 12.00 MiB -> 24.00 MiB: the test's workload changed"  # the failure message's first line
+    result.stdout.fnmatch_lines([head])
+    markdown = (pytester.path / "out.md").read_text()
+    assert "| bytes per step | 12\\.00 MiB | 24\\.00 MiB | +100\\.0% |" in markdown
+    assert "CHANGED \\(the test's workload changed; if intended, re-record\\)" in markdown
+    report = json.loads((pytester.path / "out.json").read_text())
+    metrics = {m["metric"]: m for test in report["gpuperf"]["tests"] for m in test["metrics"]}
+    work = metrics["step.bytes_per_step"]
+    assert work["status"] == "changed" and sentence in work["message"]
+    throughput = metrics["step.throughput"]
+    assert throughput["kind"] == KIND_THROUGHPUT and throughput["doubt"] in ("work", "machine")
