@@ -342,6 +342,9 @@ class FakeRunner:
             def stop(self) -> None:
                 runner.events.append(("stop", self.side, self.pair))
 
+            def wait_ready(self, timeout: float) -> None:
+                runner.events.append(("ready", self.side, self.pair))
+
         class Runner(AbRunner):
             def install_worker_plugin(self) -> Path:
                 return Path("/unused")
@@ -387,14 +390,20 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     assert noisy.status == "unchanged" and len(noisy.b_values) == 3  # the third B process matched the best
     assert outcome.evidence["t.py::new"].last_payload("B") is not None
     assert outcome.cost("A") == pytest.approx(3.0 / 5)
-    # every worker was started while the one before it measured; the one started for a fourth pair nobody
-    # needed (both tests decided after three) was stopped without running
+    # the workers of the two minimum pairs started up together and had all started before the first measured;
+    # every later pair started while the pair before it measured; the fourth pair, which no test needed (both
+    # were decided after three), was stopped without running
+    first_run = fake.events.index(("run", "A", 0))
+    assert [e for e in fake.events[:first_run] if e[0] == "ready"] == [
+        ("ready", "A", 0), ("ready", "B", 0), ("ready", "B", 1), ("ready", "A", 1)
+    ]  # fmt: skip
     runs = [e for e in fake.events if e[0] == "run"]
     for i, event in enumerate(runs[:-1]):
         following = runs[i + 1]
         assert fake.events.index(("spawn", *following[1:])) < fake.events.index(event)
+    assert fake.events.index(("spawn", "A", 2)) < fake.events.index(("run", "B", 1))
     assert ("spawn", "B", 3) in fake.events and ("run", "B", 3) not in fake.events
-    assert fake.events[-1][0] == "stop" and len([e for e in fake.events if e[0] == "stop"]) == 7
+    assert fake.events[-1][0] == "stop" and len([e for e in fake.events if e[0] == "stop"]) == 8
 
 
 def test_worker_plugin_reports_project_packages_loaded_from_outside_its_side(

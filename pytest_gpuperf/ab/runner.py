@@ -67,6 +67,8 @@ class AbOutcome:
 GATE_ENV = "GPUPERF_AB_GATE"
 #: The line a worker prints once its results file is written (it may take a while longer to exit).
 DONE_LINE = "GPUPERF_AB_DONE"
+#: The line a gated worker prints once it has started up (collected, CUDA context made) and waits.
+READY_LINE = "GPUPERF_AB_READY"
 
 
 @dataclass
@@ -80,6 +82,7 @@ class WarmWorker:
     out: Path
     lines: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._reader = threading.Thread(target=self._read, name=f"gpuperf-ab-{self.side.name}{self.pair}", daemon=True)
@@ -89,13 +92,20 @@ class WarmWorker:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line)
-            if line.strip() == DONE_LINE:
+            if line.strip() == READY_LINE:
+                self.ready.set()
+            elif line.strip() == DONE_LINE:
                 self.done.set()
+        self.ready.set()
         self.done.set()  # end of output: it exited
 
     def output(self) -> str:
         """What the worker printed so far."""
-        return "".join(line for line in self.lines if line.strip() != DONE_LINE)
+        return "".join(line for line in self.lines if line.strip() not in (DONE_LINE, READY_LINE))
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until it has started up and waits for its turn (or exited)."""
+        self.ready.wait(timeout)
 
     def _tell(self, word: str) -> None:
         try:
@@ -266,7 +276,9 @@ class AbRunner:
         return (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
 
     def _rounds(self, nodeids: list[str], full_scope: bool, outcome: AbOutcome) -> None:
-        """The round pairs, each worker spawned while the one before it measures (one ahead)."""
+        """The round pairs. The workers of the minimum pairs start up together, and all have started before the
+        first one measures (no start-up beside a measurement, one start-up's wall time for all); each later pair
+        starts up while the pair before it measures, and is stopped unused when no test needs it."""
         evidence = outcome.evidence
         pending = list(nodeids)
         schedule = [(pair, side) for pair in range(self.max_processes) for side in self._order(pair)]
@@ -280,14 +292,17 @@ class AbRunner:
                     self._spawned.append(ahead[index])  # type: ignore[arg-type]
             return ahead.get(index)
 
+        first = [warm_for(i) for i in range(2 * min(self.min_processes, self.max_processes))]
+        for warm in first:
+            if warm is not None:
+                warm.wait_ready(self.timeout)
         pair = 0
         while pending and pair < self.max_processes:
             runs: dict[str, WorkerRun] = {}
+            warm_for(2 * pair + 2)  # the next pair starts up while this one measures (stopped if not needed)
+            warm_for(2 * pair + 3)
             for offset, side in enumerate(self._order(pair)):
-                index = 2 * pair + offset
-                warm = warm_for(index)
-                warm_for(index + 1)  # the next worker starts up while this one measures (stopped if not needed)
-                runs[side.name] = self.finish(warm, side, pair, pending)
+                runs[side.name] = self.finish(warm_for(2 * pair + offset), side, pair, pending)
             outcome.runs += [runs[s.name] for s in self._order(pair)]
             if pair == 0:
                 a_has = set(runs["A"].data.get("collected", [])) | broken_tests(runs["A"], nodeids)

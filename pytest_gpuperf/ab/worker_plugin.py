@@ -48,6 +48,7 @@ def _warm_up_cuda() -> None:
 def _wait_for_turn() -> bool:
     """Block until the runner says go (True) or to exit (False, also when the runner went away)."""
     _warm_up_cuda()
+    os.write(_DONE_OUT, b"\nGPUPERF_AB_READY\n")  # started up: the runner lets the first worker measure then
     word = b""
     while not word.endswith(b"\n"):
         chunk = os.read(_GATE_IN, 64)
