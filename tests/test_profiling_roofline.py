@@ -365,7 +365,7 @@ def test_roofs_no_verdict_needs_are_not_measured_but_cached_ones_are_used(monkey
     assert backend.calls == ["dram", "cache", "compute"] and needed.line is not None
     cached = analytic.analytic_verdict(context, RoofProvider(RoofStore(cache)), FINGERPRINT, 0.3, None, False)
     assert backend.calls == ["dram", "cache", "compute"]  # nothing measured again
-    assert cached.line is not None and cached.metrics[0].name == "step.bound"
+    assert cached.line is not None and "step.bound" in {m.name for m in cached.metrics}
 
 
 class FolderCache(FakeCache):
