@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 #: Feature plugins, each a light module with its own options, hooks and fixtures.
 pytest_plugins = [
-    "pytest_gpuperf.benchmark_quiet",  # pytest-benchmark's header and .benchmarks/ only when its fixture is used
+    # pytest-benchmark's header and .benchmarks/ only when its fixture is used
+    "pytest_gpuperf.reporting.benchmark_quiet",
     "pytest_gpuperf.baselines.plugin",
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.profiling.plugin",

@@ -204,8 +204,10 @@ def disagreement_reason(
     from pytest_gpuperf.commands import update_command
 
     change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
-    record = f"record it from more processes with: {update_command([node_id], processes=5)}" if node_id else (
-        "record it from more processes (--gpuperf-update --gpuperf-processes 5)"
+    record = (
+        f"record it from more processes with: {update_command([node_id], processes=5)}"
+        if node_id
+        else ("record it from more processes (--gpuperf-update --gpuperf-processes 5)")
     )
     return (
         f"its confirmation in {where} measured {change} ({confirmation.status}), so the process's own speed varies "
