@@ -174,6 +174,8 @@ BEFORE = {"value": 1.0, "better": "lower", "kind": "time", "samples": [1.0, 1.1,
         ({**BEFORE, "sm_clock_mhz": 1980}, BEFORE, []),  # removed: nothing is excused any more
         ({**BEFORE, "mem_clock_mhz": 2619}, {**BEFORE, "mem_clock_mhz": 1593}, ["mem_clock_mhz"]),
         ({**BEFORE, "mem_clock_mhz": 2619}, {**BEFORE, "mem_clock_mhz": 2620}, []),
+        ({**BEFORE, "calibration": 2.6e-5}, {**BEFORE, "calibration": 4.2e-5}, ["calibration"]),
+        ({**BEFORE, "calibration_spread": 0.02}, {**BEFORE, "calibration_spread": 5.0}, ["calibration_spread"]),
         (BEFORE, {**BEFORE, "process_spread": float("inf")}, ["entry"]),  # refused by the reader
         (BEFORE, {**BEFORE, "better": "higher"}, ["better"]),
         (BEFORE, {**BEFORE, "value": 2.0}, ["value"]),

@@ -160,6 +160,18 @@ def clock_moved(name: str, threshold: str) -> Loosens:
     return run
 
 
+def moved(name: str, relative: float) -> Loosens:
+    """``name`` added, or moved by more than ``relative``: a later run reads as another machine (inconclusive)."""
+
+    def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
+        old, new = _number(before.get(name)), _number(after.get(name))
+        if new is None:
+            return False
+        return old is None or old <= 0 or abs(new / old - 1.0) > relative
+
+    return run
+
+
 def _worse(before: float, after: float, better: str) -> bool:
     return after > before if better == "lower" else (after < before if better == "higher" else after != before)
 
@@ -220,6 +232,18 @@ ENTRY_FIELDS: list[EntryField] = [
     ),
     EntryField("noise_bound", bounded(non_negative_number, "noise_bound", 100.0), read_by="reports"),
     EntryField("eager_time", bounded(non_negative_number, "eager_time", 1e6), read_by="reports (host overhead)"),
+    EntryField(
+        "calibration",
+        bounded(positive_number, "calibration", 10.0),
+        moved("calibration", 0.01),
+        "the machine rule (another host-CPU speed makes a verdict inconclusive)",
+    ),
+    EntryField(
+        "calibration_spread",
+        bounded(non_negative_number, "calibration_spread", 10.0),
+        larger("calibration_spread"),
+        "the machine rule (a wider band excuses a slower machine)",
+    ),
 ]
 
 
