@@ -2,7 +2,7 @@
 
 Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1410-1935 MHz
 were read across pytest processes on the H200 for one GEMM). When the processes' clocks spread by more than
-:data:`~pytest_gpuperf.judging.clock_rule.CLOCK_CHANGE`, a timing metric is judged on its time and on its
+:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE`, a timing metric is judged on its time and on its
 step's cycles per step (device time x SM clock, each process's own) with the same rule and tolerance, and
 :func:`~pytest_gpuperf.judging.clock_rule.bracket` combines them, unless the step is memory-bound.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
-from pytest_gpuperf.judging.clock_rule import AGREED, CLOCK_CHANGE, bracket, follows_sm_clock
+from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
+from pytest_gpuperf.judging.clock_rule import AGREED, bracket
 
 Metrics = list[dict[str, dict[str, Any]]]
 

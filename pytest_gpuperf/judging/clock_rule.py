@@ -19,19 +19,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.results import KIND_CYCLES, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.units import format_change
 
-#: An SM clock this much off the baseline's (relative) is another machine state: the cycles decide.
-CLOCK_CHANGE = 0.03
-#: Bound classes whose time does not follow the SM clock.
-NOT_SM_CLOCKED = ("memory-bound",)
+__all__ = ["AGREED", "CLOCK_CHANGE", "bracket", "follows_sm_clock", "on_cycles"]
 JUDGED = ("regression", "improvement", "unchanged")
-
-
-def cycles_name(metric_name: str) -> str:
-    """``step.time`` / ``step.throughput`` -> ``step.cycles``."""
-    return metric_name.rpartition(".")[0] + ".cycles"
 
 
 def _number(value: Any) -> float | None:
@@ -48,11 +41,6 @@ def clock_changed(metric: Metric, entry: dict[str, Any] | None) -> bool:
     """True when the run's SM clock is more than :data:`CLOCK_CHANGE` off the baseline's."""
     pair = clocks(metric, entry)
     return pair is not None and abs(pair[0] / pair[1] - 1.0) > CLOCK_CHANGE
-
-
-def follows_sm_clock(bound: Any) -> bool:
-    """True unless the step is memory-bound (its time follows the memory clock, not the SM clock)."""
-    return bound not in NOT_SM_CLOCKED
 
 
 def bracket(time_status: str, cycles_status: str) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.judging.clock_rule import CLOCK_CHANGE, follows_sm_clock
+from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_THROUGHPUT, KIND_TIME, Verdict
 from pytest_gpuperf.units import format_change
 
