@@ -270,9 +270,9 @@ class GpuPerf:
         """
         if self.calibration() is None:
             return False
-        from pytest_gpuperf.timing.calibration import measure_calibration, set_process_calibration
+        from pytest_gpuperf.timing.calibration import host_calibration, set_process_calibration
 
-        fresh = measure_calibration()
+        fresh = host_calibration()
         set_process_calibration(fresh)
         changed = False
         for metric in metrics:

@@ -42,7 +42,10 @@ class GpuperfSession:
         ab = self.config.pluginmanager.has_plugin(AB_WORKER_PLUGIN) or self.config.getoption("gpuperf_ab", None)
         calibration.set_enabled(not ab)  # A/B judges both sides on this machine: no stored time is compared
         if not ab and any(_times_on_host_cpu(item) for item in session.items):
-            calibration.process_calibration()
+            try:
+                calibration.process_calibration()
+            except ValueError as exc:  # a malformed pinned value (calibration.PIN_ENV)
+                raise pytest.UsageError(str(exc)) from None
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:

@@ -143,6 +143,13 @@ def test_valid_evidence_fields_are_read() -> None:
     assert (entry["sm_clock_mhz"], entry["process_spread"], entry["processes"]) == (1980, 0.04, 3)
 
 
+def test_the_noise_figures_of_an_entry_judged_at_a_huge_tolerance_are_read() -> None:
+    """``--gpuperf-cpu-time-tolerance 100`` records a smallest detectable slowdown above 100: the file stays valid."""
+    text = HEAD + "    step.time: {value: 0.5, unit: s, kind: time, min_detectable_change: 137.5, noise_bound: 120.0}\n"
+    entry = parse_baseline_text(Path("x.yaml"), text).tests["t.py::a"]["step.time"]
+    assert (entry["min_detectable_change"], entry["noise_bound"]) == (137.5, 120.0)
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [

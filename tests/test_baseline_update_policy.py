@@ -127,6 +127,19 @@ def test_a_changed_timing_method_or_unit_rewrites_the_entry_whatever_the_numbers
     assert set(decide(graphed, read, entries_for(graphed), "cpu")) == {"step.peak_memory"}
 
 
+def test_the_class_of_a_step_whose_slower_time_is_kept_is_kept_with_it_and_written_with_it_when_accepted() -> None:
+    bound = Metric("step.bound", "compute-bound", "", "equal", "category")
+    _, read = stored_and_read([*timing(1.0), bound])
+    slower = [*timing(1.6), Metric("step.bound", "latency-bound", "", "equal", "category")]
+    decisions = plan(slower, read, entries_for(slower), "cpu")
+    assert decisions["step.throughput"].why == "looser"
+    assert decisions["step.bound"].keep and decisions["step.bound"].why == "with_time"
+    accepted = plan(slower, read, entries_for(slower), "cpu", accept_slower=True)
+    assert not accepted["step.bound"].keep and accepted["step.bound"].why == "moved"
+    unchanged_time = [*timing(1.0), Metric("step.bound", "latency-bound", "", "equal", "category")]
+    assert not plan(unchanged_time, read, entries_for(unchanged_time), "cpu")["step.bound"].keep  # a class alone
+
+
 def test_a_moved_category_or_memory_is_rewritten() -> None:
     base = [Metric("step.bound", "compute-bound", "", "equal", "category"), Metric("m", 1000, "B", "lower", "memory")]
     _, read = stored_and_read(base)

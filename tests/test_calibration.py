@@ -141,6 +141,20 @@ def test_the_process_calibration_is_measured_once_and_can_be_switched_off(proces
     assert calibration.process_calibration() is None
 
 
+def test_a_pinned_calibration_is_read_from_the_environment_and_a_bad_one_is_a_clear_error(
+    process_calibration: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(calibration.PIN_ENV, "3.5e-05")
+    calibration.set_process_calibration(None)
+    pinned = calibration.process_calibration()
+    assert pinned is not None and (pinned.thread, pinned.wall, pinned.wall_spread) == (3.5e-05, 3.5e-05, 0.01)
+    assert calibration.host_calibration() == pinned  # a suspect's re-check reads the same value
+    for bad in ("fast", "0", "-1e-5"):
+        monkeypatch.setenv(calibration.PIN_ENV, bad)
+        with pytest.raises(ValueError, match=rf"GPUPERF_PIN_CALIBRATION={bad!r}: expected"):
+            calibration.host_calibration()
+
+
 def test_a_measured_calibration_times_the_kernel_on_one_thread() -> None:
     import torch
 
@@ -194,6 +208,7 @@ def pytest_unconfigure(config):
 """
 
 
+@pytest.mark.real_calibration  # INJECT replaces what is measured: no pinned value
 def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, process_calibration: None
 ) -> None:
@@ -208,7 +223,7 @@ def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
     monkeypatch.setenv("CALIBRATION", "5.2e-05")  # judged on a machine whose calibration is 2x slower
     other = pytester.runpytest(*args, "-W", "default")
     other.assert_outcomes(passed=1)
-    other.stdout.fnmatch_lines(["*inconclusive (not the machine state that recorded*", "*2.00x slower*"])
+    other.stdout.fnmatch_lines(["*inconclusive (this machine's calibration*", "*2.00x slower*"])
     monkeypatch.setenv("CALIBRATION", "2.65e-05")  # the machine that recorded
     here = pytester.runpytest(*args, "--gpuperf-no-confirm")
     here.assert_outcomes(failed=1)
@@ -216,4 +231,4 @@ def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
     monkeypatch.setenv("CALIBRATION_LATER", "5.2e-05")  # the suspect's re-check finds a 2x slower state
     moved = pytester.runpytest(*args, "--gpuperf-no-confirm")
     moved.assert_outcomes(passed=1)
-    moved.stdout.fnmatch_lines(["*inconclusive (not the machine state that recorded*"])
+    moved.stdout.fnmatch_lines(["*inconclusive (this machine's calibration*"])

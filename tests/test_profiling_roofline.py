@@ -407,6 +407,8 @@ def test_roofs_are_measured_under_a_file_lock_and_read_back_by_the_next_process(
     other = RoofProvider(RoofStore(cache))
     assert other.roofs(second, FINGERPRINT, "float32").bandwidth == 1e10 and second.calls == []
     assert other.calibrated == []
+
+
 def test_an_exactly_counted_matmul_over_its_roof_says_the_roof_reads_low_not_a_counting_error() -> None:
     from dataclasses import replace
 

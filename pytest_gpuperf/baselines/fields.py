@@ -106,6 +106,11 @@ def _samples(value: Any, entry: dict[str, Any]) -> None:
             raise NumberError(f"samples must be a list of numbers: {exc}") from None
 
 
+#: Upper bound of a stored noise figure (a fraction): far above any real one, and above what a huge tolerance
+#: gives (``min_detectable_change`` is at least the tolerance: ``--gpuperf-cpu-time-tolerance 100`` stores 100+).
+NOISE_FIGURE_LIMIT = 1e6
+
+
 def bounded(check: Callable[[Any, str], int | float], name: str, high: float) -> Check:
     """``check`` (a :mod:`~pytest_gpuperf.validate` helper) plus an upper bound ``high``."""
 
@@ -227,10 +232,10 @@ ENTRY_FIELDS: list[EntryField] = [
     EntryField("processes", bounded(positive_int, "processes", 10_000), read_by="reports"),
     EntryField(
         "min_detectable_change",
-        bounded(non_negative_number, "min_detectable_change", 100.0),
+        bounded(non_negative_number, "min_detectable_change", NOISE_FIGURE_LIMIT),
         read_by="judging (the failure message)",
     ),
-    EntryField("noise_bound", bounded(non_negative_number, "noise_bound", 100.0), read_by="reports"),
+    EntryField("noise_bound", bounded(non_negative_number, "noise_bound", NOISE_FIGURE_LIMIT), read_by="reports"),
     EntryField("eager_time", bounded(non_negative_number, "eager_time", 1e6), read_by="reports (host overhead)"),
     EntryField(
         "calibration",

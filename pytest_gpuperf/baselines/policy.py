@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.results import KIND_CATEGORY
+
 if TYPE_CHECKING:
     from pytest_gpuperf.results import Metric, Verdict
 
@@ -89,7 +91,8 @@ class Decision:
     """What an update does with one metric's entry, and why (shown in the summary)."""
 
     keep: bool
-    #: moved, new, undecidable, processes, measured, informational, looser (kept: slower, not accepted), within
+    #: moved, new, undecidable, processes, measured, informational, looser (kept: slower, not accepted), within,
+    #: with_time (a class kept because its step's slower time was kept)
     why: str
     verdict: Verdict | None = None
     detail: str = ""
@@ -138,6 +141,18 @@ def _judged_group(
     return out
 
 
+def _hold_classes_with_their_time(metrics: list[Metric], decisions: dict[str, Decision]) -> None:
+    """A step's bound class is kept while its slower time is kept (not accepted): the class is read from that
+    time, so writing the one without the other would store a class the stored time does not have."""
+    held = {name.rpartition(".")[0] for name, d in decisions.items() if d.keep and d.why == "looser"}
+    for metric in metrics:
+        decision = decisions.get(metric.name)
+        if metric.kind != KIND_CATEGORY or metric.name.rpartition(".")[0] not in held or decision is None:
+            continue
+        if not decision.keep and decision.why == "moved":
+            decisions[metric.name] = Decision(True, "with_time", decision.verdict, "kept with its step's slower time")
+
+
 def plan(
     metrics: list[Metric],
     old: dict[str, dict[str, Any]],
@@ -161,6 +176,7 @@ def plan(
             decisions.update(_judged_group(group, old, new, where, accept_slower))
         else:
             informational += group
+    _hold_classes_with_their_time(metrics, decisions)
     rewritten = any(not d.keep for d in decisions.values())
     for metric in informational:
         if metric.name not in old:

@@ -21,6 +21,7 @@ a CPU Vulkan adapter (lavapipe) is host-CPU-like and uses this calibration.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -35,6 +36,9 @@ QUANTILE = 0.1
 SPREAD_QUANTILE = 0.25
 #: The fields a timing entry stores (read back by :func:`pytest_gpuperf.judging.machine_rule.machine_change`).
 FACTS = ("calibration", "calibration_spread")
+#: Environment variable that pins the calibration (seconds per call) instead of measuring it: for a test suite
+#: whose processes must all read one value (this project's own end-to-end tests), never for judging a runner.
+PIN_ENV = "GPUPERF_PIN_CALIBRATION"
 #: ``method`` values timed by the thread's CPU time (every other method is a wall clock of some kind).
 THREAD_METHODS = ("thread_cpu",)
 
@@ -100,6 +104,20 @@ def measure_calibration(repeats: int = REPEATS, calls: int = CALLS, size: int = 
     return summarize(thread, wall, time.perf_counter() - started)
 
 
+def host_calibration() -> Calibration:
+    """A fresh calibration of this host: measured, or the value pinned in :data:`PIN_ENV` (spread 1%)."""
+    pinned = os.environ.get(PIN_ENV, "").strip()
+    if not pinned:
+        return measure_calibration()
+    try:
+        value = float(pinned)
+    except ValueError:
+        raise ValueError(f"{PIN_ENV}={pinned!r}: expected seconds per calibration call, e.g. 3e-05") from None
+    if not value > 0:
+        raise ValueError(f"{PIN_ENV}={pinned!r}: expected a positive number of seconds per calibration call")
+    return Calibration(value, 0.01, value, 0.01, 0.0)
+
+
 _process: list[Calibration | None] = [None]
 _enabled: list[bool] = [True]
 
@@ -113,7 +131,7 @@ def process_calibration() -> Calibration | None:
     if not _enabled[0]:
         return None
     if _process[0] is None:
-        _process[0] = measure_calibration()
+        _process[0] = host_calibration()
     return _process[0]
 
 
