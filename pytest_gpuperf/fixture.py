@@ -8,13 +8,12 @@ and the judging service; it never drives the session.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.fixture_args import check_measure_args, checked_record_args, is_integer, short_repr
 from pytest_gpuperf.results import (
-    KIND_CUSTOM,
     KIND_MEMORY,
     KIND_THROUGHPUT,
     KIND_TIME,
@@ -50,45 +49,6 @@ class Measurement:
     def __getitem__(self, key: str) -> Metric:
         """``m["time"]`` or ``m["step.time"]``: one metric of this measurement."""
         return self.metrics[key] if key in self.metrics else self.metrics[f"{self.name}.{key}"]
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float (a 400-digit count)
-        return False
-
-
-def _short_repr(value: object, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters (a tensor's repr is its whole contents)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
-        return ""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def check_measure_args(
-    node_id: str, name: str, items: float | None, flops: float | None, bytes_moved: float | None
-) -> None:
-    """Refuse arguments that would switch a gate off or make no sense, naming the test and the argument."""
-    __tracebackhide__ = True  # the error is the caller's: pytest shows the test's line, not this one
-    from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, name_problem
-
-    if not isinstance(name, str) or not name or name.strip() != name:
-        raise ValueError(f"{node_id}: gpuperf.measure(name={name!r}): expected a non-empty name without spaces around")
-    problem = name_problem(name, "name", MAX_METRIC_NAME - 40)  # room for '.peak_memory' and the like
-    if problem:
-        raise ValueError(f"{node_id}: gpuperf.measure(): {problem}")
-    for key, value in (("items", items), ("flops", flops), ("bytes_moved", bytes_moved)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
-            raise ValueError(
-                f"{node_id}: gpuperf.measure({key}={value!r:.40}): expected a finite number > 0 per step "
-                f"(or leave it out); {key}=0 would turn its metric into a division by zero"
-            )
 
 
 class GpuPerf:
@@ -195,7 +155,7 @@ class GpuPerf:
         if not callable(step):
             raise TypeError(
                 f"{self.node_id}: gpuperf.measure() takes the step to time as a zero-argument callable, got "
-                f"{type(step).__name__!s} {_short_repr(step)}; pass the work itself, e.g. "
+                f"{type(step).__name__!s} {short_repr(step)}; pass the work itself, e.g. "
                 "gpuperf.measure(lambda: model(x)), not its result"
             )
         check_measure_args(self.node_id, name, items, flops, bytes_moved)
@@ -343,8 +303,8 @@ class GpuPerf:
         count, a number of kernels) must stay exactly equal: its tolerance is 0 unless the marker's
         ``tolerances={name: ...}`` gives one.
         """
-        exact = better == "equal" and _is_integer(value)
-        value, kind = self._checked_record(name, value, unit, better)
+        exact = better == "equal" and is_integer(value)
+        value, kind = checked_record_args(self.node_id, self.metrics, self.recorded_names, name, value, unit, better)
         metric = Metric(name, value, unit, "equal" if kind == "category" else better, kind)
         if exact:
             metric.tolerance = 0.0
@@ -353,49 +313,6 @@ class GpuPerf:
         if self.judging is not None:
             self.judging.store(self.context, self.judging.judge(self.context, [metric]))
         return metric
-
-    def _checked_record(self, name: object, value: object, unit: object, better: object) -> tuple[float | str, str]:
-        """``record()``'s arguments checked: the value as a plain number or word, and the metric's kind."""
-        from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, MAX_WORD, name_problem
-        from pytest_gpuperf.validate import finite_number, non_negative_number
-
-        if not isinstance(name, str) or not name.strip():
-            raise TypeError(f"{self.node_id}: gpuperf.record(): name must be a non-empty string, got {name!r}")
-        problem = name_problem(name)
-        if problem:
-            raise ValueError(f"{self.node_id}: gpuperf.record(): {problem}")
-        what = f"{self.node_id}: gpuperf.record({name!r})"
-        taken = next((m for m in self.metrics if m.name == name), None)
-        if taken is not None:
-            source = "an earlier gpuperf.record()" if name in self.recorded_names else "gpuperf.measure()"
-            raise ValueError(
-                f"{what}: this test already has a metric {name!r} (from {source}); one name is one metric, "
-                "give this one its own name"
-            )
-        if better not in ("lower", "higher", "equal"):
-            raise ValueError(f"{what}: better must be 'lower', 'higher' or 'equal', got {better!r}")
-        if not isinstance(unit, str):
-            raise TypeError(f"{what}: unit must be a string, got {unit!r}")
-        problem = name_problem(unit, "unit", MAX_WORD) if unit else None
-        if problem:
-            raise ValueError(f"{what}: {problem}")
-        if isinstance(value, str):
-            if not value.strip():
-                raise ValueError(f"{what}: a category value must be a non-empty word, got {value!r}")
-            problem = name_problem(value, "a category value", MAX_METRIC_NAME)
-            if problem:
-                raise ValueError(f"{what}: {problem}")
-            return value, "category"
-        if unit == "B":
-            return non_negative_number(value, f"{what}: value"), KIND_MEMORY
-        return finite_number(value, f"{what}: value"), KIND_CUSTOM
-
-
-def _is_integer(value: object) -> bool:
-    """True for a Python or numpy integer (not a bool): a count, compared exactly under ``better="equal"``."""
-    import numbers
-
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:

@@ -54,34 +54,24 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name (state [0], parent [1], start time [19])."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+def _load_processes() -> Any:
+    """:mod:`.processes` (standard library only): imported as usual, or loaded from this folder by path when the
+    guard runs isolated (``python -I guard.py``: no package on ``sys.path``, and an A/B worker's ``PYTHONPATH``
+    may hold another version of this package)."""
+    if __package__:
+        from pytest_gpuperf.distributed import processes
+
+        return processes
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_gpuperf_guard_processes", Path(__file__).with_name("processes.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _alive(pid: int, start: str) -> bool:
-    """Not gone, not a zombie, not a recycled pid (the guard runs isolated: no pytest_gpuperf imports)."""
-    fields = _stat(pid)
-    if fields is None or fields[0] in ("Z", "X", "x"):
-        return False
-    return not start or len(fields) <= 19 or fields[19] == start
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(int(entry.name))
-        if fields is not None and len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+_processes = _load_processes()
 
 
 def marked(token: str) -> list[int]:
@@ -111,7 +101,7 @@ def kill_everything(token: str) -> None:
     """SIGKILL every descendant of this process and every process marked with ``token``, until none is left."""
     me = os.getpid()
     for _ in range(50):
-        pids = (set(_descendants(me)) | set(marked(token))) - {me}
+        pids = (set(_processes.descendants(me)) | set(marked(token))) - {me}
         if not pids:
             return
         for pid in pids:
@@ -136,7 +126,7 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
-    if not _alive(parent, start):  # pytest died before the request took effect
+    if not _processes.process_alive(parent, start):  # pytest died before the request took effect
         return 137
     child = subprocess.Popen(command, env={**os.environ, TOKEN_ENV: token})
     code: int | None = None
@@ -145,7 +135,7 @@ def main(argv: list[str]) -> int:
             code = child.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
             pass
-        if code is None and (stop or os.getppid() != parent or not _alive(parent, start)):
+        if code is None and (stop or os.getppid() != parent or not _processes.process_alive(parent, start)):
             break  # asked to stop, or pytest is gone (re-parented, a zombie or a recycled pid)
     kill_everything(token)
     if code is None:
@@ -168,7 +158,7 @@ def popen_guarded(command: list[str], env: dict[str, str] | None = None, **kwarg
     if not supported():
         return subprocess.Popen(command, env=run_env, start_new_session=True, **kwargs)
     run_env[TOKEN_ENV] = secrets.token_hex(8)
-    me, start = os.getpid(), (_stat(os.getpid()) or [""] * 20)[19]
+    me, start = os.getpid(), _processes.process_start_time(os.getpid())
     # Run by path, isolated (-I): the guard needs only the standard library, whatever PYTHONPATH the command gets
     # (an A/B worker of the ref's side may put another version of this package first).
     guard = [sys.executable, "-I", str(Path(__file__).resolve()), str(me), start, "--", *command]
@@ -179,7 +169,7 @@ def popen_guarded(command: list[str], env: dict[str, str] | None = None, **kwarg
 
 def stop_guarded(proc: subprocess.Popen[Any]) -> None:
     """Kill a guarded command and everything it started: the guard's group, its descendants, its marked processes."""
-    pids = _descendants(proc.pid) if supported() else []
+    pids = _processes.descendants(proc.pid) if supported() else []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
