@@ -15,6 +15,19 @@ import math
 from typing import Any
 
 
+def number_or_none(value: Any) -> float | None:
+    """``value`` as a float when it is a plain number (not a bool, not an int too large for a float), else None.
+
+    For optional evidence fields that are read, not checked: a missing or odd one reads as absent.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
 class NumberError(ValueError):
     """A number that the gate cannot use; the message names it (``what``) and the accepted range."""
 

@@ -13,24 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-STEP = """
-import torch
+from tests.steps import MATMUL_CHAIN
 
-WORK = {work}
-
-def test_step(gpuperf):
-    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
-
-    def step():
-        out = a
-        for _ in range(WORK):
-            out = torch.tanh(out @ a)
-        return out
-
-    # The declared work stays one matmul's: more WORK is the same work getting slower (a changed count would be a
-    # changed workload, whose failure suggests a plain re-record: pytest_gpuperf.judging.work).
-    gpuperf.measure(step, memory=False, flops=2 * 64**3, bytes_moved=3 * 64 * 64 * 4)
-"""
+STEP = MATMUL_CHAIN
 NODE = "test_step.py::test_step[cpu]"
 GLOB = re.sub(r"([\[\]])", r"[\1]", NODE)  # the node id as an fnmatch pattern
 COMMAND = re.compile(r"pytest --gpuperf --gpuperf-update(?: --gpuperf-[a-z-]+(?: \d+)?)* '[^']+'")

@@ -11,24 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-STEP = """
-import torch
+from tests.steps import MATMUL_CHAIN
 
-WORK = {work}
-
-def test_step(gpuperf):
-    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
-
-    def step():
-        out = a
-        for _ in range(WORK):
-            out = torch.tanh(out @ a)
-        return out
-
-    # The declared work stays that of one matmul: more WORK is the same declared work getting slower (a changed
-    # count would be reported as a changed workload instead, pytest_gpuperf.judging.work).
-    gpuperf.measure(step, memory=False, flops=2 * 64**3, bytes_moved=3 * 64 * 64 * 4)
-"""
+STEP = MATMUL_CHAIN
 NODE = "test_step.py::test_step[cpu]"
 
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.validate import number_or_none
+
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.ref import GitRef
 
@@ -35,15 +37,6 @@ class BaselineChange:
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return asdict(self)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return None
 
 
 def loosening(entry_before: dict[str, Any], entry_after: dict[str, Any]) -> list[str]:
@@ -71,7 +64,7 @@ def _metric_change(file: str, test: str, metric: str, before: dict[str, Any], af
     fields = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     unit = str(after.get("unit", before.get("unit", "")))
     old, new = before.get("value"), after.get("value")
-    if old != new and _number(old) is not None and _number(new) is not None and math.isfinite(float(new)):
+    if old != new and number_or_none(old) is not None and number_or_none(new) is not None and math.isfinite(float(new)):
         change = f" ({format_change(new / old)})" if old else ""
         detail = f"value {format_value(old, unit)} -> {format_value(new, unit)}{change}"
     elif old != new:

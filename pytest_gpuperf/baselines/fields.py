@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpuperf.results import NUMBER_KINDS
-from pytest_gpuperf.validate import NumberError, finite_number, non_negative_number, positive_int, positive_number
+from pytest_gpuperf.validate import (
+    NumberError,
+    finite_number,
+    non_negative_number,
+    number_or_none,
+    positive_int,
+    positive_number,
+)
 
 #: Kinds whose value is checked as a positive / non-negative number (a custom metric may hold a word).
 KINDS_POSITIVE = ("time", "throughput", "cycles")
@@ -125,15 +132,6 @@ def bounded(check: Callable[[Any, str], int | float], name: str, high: float) ->
 # -- when an edit loosens the gate -----------------------------------------------------------------------------
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return None
-
-
 def changed(name: str) -> Loosens:
     """Any change of ``name`` (added, removed or another value) loosens the gate."""
     return lambda before, after: before.get(name) != after.get(name)
@@ -143,8 +141,8 @@ def larger(name: str, absent: float = 0.0) -> Loosens:
     """A larger ``name`` loosens the gate (a missing field reads as ``absent``)."""
 
     def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
-        old = _number(before.get(name, absent))
-        new = _number(after.get(name, absent))
+        old = number_or_none(before.get(name, absent))
+        new = number_or_none(after.get(name, absent))
         return old is not None and new is not None and new > old
 
     return run
@@ -157,7 +155,7 @@ def clock_moved(name: str, threshold: str) -> Loosens:
     def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
         from pytest_gpuperf.judging import evidence
 
-        old, new = _number(before.get(name)), _number(after.get(name))
+        old, new = number_or_none(before.get(name)), number_or_none(after.get(name))
         if new is None:
             return False  # removed: the machine check no longer excuses anything
         return old is None or old <= 0 or abs(new / old - 1.0) > getattr(evidence, threshold)
@@ -169,7 +167,7 @@ def moved(name: str, relative: float) -> Loosens:
     """``name`` added, or moved by more than ``relative``: a later run reads as another machine (inconclusive)."""
 
     def run(before: dict[str, Any], after: dict[str, Any]) -> bool:
-        old, new = _number(before.get(name)), _number(after.get(name))
+        old, new = number_or_none(before.get(name)), number_or_none(after.get(name))
         if new is None:
             return False
         return old is None or old <= 0 or abs(new / old - 1.0) > relative
@@ -183,14 +181,14 @@ def _worse(before: float, after: float, better: str) -> bool:
 
 def _value_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
     better = str(after.get("better", "lower"))
-    old, new = _number(before.get("value")), _number(after.get("value"))
+    old, new = number_or_none(before.get("value")), number_or_none(after.get("value"))
     return old is not None and new is not None and better != "equal" and _worse(old, new, better)
 
 
 def _judged_quantile(samples: Any, better: str) -> float | None:
     from pytest_gpuperf.stats import judged_quantile, quantile
 
-    numbers = [_number(s) for s in samples] if isinstance(samples, list) else []
+    numbers = [number_or_none(s) for s in samples] if isinstance(samples, list) else []
     if not numbers or any(n is None or n != n or n in (float("inf"), float("-inf")) for n in numbers):
         return None
     return quantile([n for n in numbers if n is not None], judged_quantile(better))

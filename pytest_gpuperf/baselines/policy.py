@@ -13,6 +13,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.results import KIND_CATEGORY
+from pytest_gpuperf.validate import number_or_none
 
 if TYPE_CHECKING:
     from pytest_gpuperf.results import Metric, Verdict
@@ -62,17 +63,13 @@ def _families(metrics: list[Metric]) -> dict[str, list[Metric]]:
     return groups
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
     """Why the stored timing entry cannot judge ``metric`` at its tolerance (its processes spread wider), or None.
 
     The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.evidence`), so such an
     entry gates nothing: a re-record replaces it whatever the new numbers.
     """
-    spread, tolerance = _number(old.get("process_spread")), metric.tolerance
+    spread, tolerance = number_or_none(old.get("process_spread")), metric.tolerance
     if metric.kind not in _TIMING_KINDS or spread is None or tolerance is None or spread <= tolerance:
         return None
     return f"its recorded spread between processes ({spread:.0%}) was wider than its {tolerance:.0%} tolerance"
@@ -80,7 +77,7 @@ def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
 
 def _fewer_processes(metric: Metric, old: dict[str, Any]) -> str | None:
     """The stored timing entry came from fewer processes than this recording measured (its spread is older evidence)."""
-    now, before = _number(metric.extra.get("processes")), _number(old.get("processes")) or 1.0
+    now, before = number_or_none(metric.extra.get("processes")), number_or_none(old.get("processes")) or 1.0
     if metric.kind not in _TIMING_KINDS or now is None or now <= before:
         return None
     return f"recorded from {now:.0f} processes (was {before:.0f})"
@@ -217,7 +214,7 @@ def change_line(node_id: str, name: str, old: dict[str, Any], new: dict[str, Any
     before, after = old.get("value"), new.get("value")
     text = f"{node_id} {name}: {format_value(before, unit) if before is not None else '?'} -> "
     text += format_value(after, unit) if after is not None else "?"
-    b, a = _number(before), _number(after)
+    b, a = number_or_none(before), number_or_none(after)
     if b and a is not None:
         text += f" ({format_change(a / b)})"
     return f"{text}; {detail}" if detail else text

@@ -26,6 +26,7 @@ from typing import Any
 from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_THROUGHPUT, KIND_TIME, Verdict
 from pytest_gpuperf.units import format_change
+from pytest_gpuperf.validate import number_or_none
 
 #: A memory clock this much off the baseline's (relative) measures another machine for a memory-bound step.
 MEM_CLOCK_CHANGE = 0.01
@@ -43,10 +44,6 @@ def _worse(verdict: Verdict) -> float | None:
     if not isinstance(ratio, (int, float)) or ratio <= 0:
         return None
     return ratio if verdict.metric.better == "lower" else 1.0 / ratio
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 #: Doubts a fresh process can clear (its own run may settle and run uncontended) and those it cannot.
@@ -79,7 +76,7 @@ def clock_rule(evidence: Evidence) -> Doubt | None:
 def spread_rule(evidence: Evidence) -> Doubt | None:
     """The baseline's processes spread wider than the tolerance, and the change lies within that band."""
     verdict, entry = evidence.verdict, evidence.entry
-    spread = _number((entry or {}).get("process_spread"))
+    spread = number_or_none((entry or {}).get("process_spread"))
     worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
     if spread is None or spread <= tolerance or worse is None:
         return None
@@ -145,15 +142,15 @@ def first_clause(reason: str) -> str:
 def conditions_reason(extra: dict[str, Any]) -> str | None:
     """An unsettled warm-up or a contended run (the timing loop's flags), or None."""
     if extra.get("settled") is False:
-        calls, seconds = extra.get("warmup_calls", "?"), _number(extra.get("warmup_seconds"))
+        calls, seconds = extra.get("warmup_calls", "?"), number_or_none(extra.get("warmup_seconds"))
         took = f"{calls} calls in {seconds:.2g} s" if seconds is not None else f"{calls} calls"
         return (
             f"the step never settled during warm-up ({took}: its times still trended), so its transient is not "
             "judged; give it a longer budget (max_time) or make its first calls cheaper"
         )
     if extra.get("contended"):
-        share = _number(extra.get("contended_fraction")) or 0.0
-        pressure = _number(extra.get("cpu_pressure_avg10"))
+        share = number_or_none(extra.get("contended_fraction")) or 0.0
+        pressure = number_or_none(extra.get("cpu_pressure_avg10"))
         load = f"; CPU pressure {pressure:.0f}%" if pressure is not None else ""
         return f"{share:.0%} of the samples were taken while the measuring thread waited for a CPU{load}; {QUIETER}"
     return None
@@ -180,14 +177,17 @@ def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_de
         )
     memory_bound = not follows_sm_clock(extra.get("bound"))
     if memory_bound:
-        run_mem, base_mem = _number(extra.get("mem_clock_mhz")), _number((entry or {}).get("mem_clock_mhz"))
+        run_mem, base_mem = (
+            number_or_none(extra.get("mem_clock_mhz")),
+            number_or_none((entry or {}).get("mem_clock_mhz")),
+        )
         if run_mem and base_mem and abs(run_mem / base_mem - 1.0) > MEM_CLOCK_CHANGE:
             return (
                 f"the GPU's memory clock was {run_mem:.0f} MHz here but {base_mem:.0f} MHz when the baseline was "
                 "recorded, and this memory-bound step's time follows it: re-record on this runner"
             )
         return None
-    run_clock, base_clock = _number(extra.get("sm_clock_mhz")), _number((entry or {}).get("sm_clock_mhz"))
+    run_clock, base_clock = number_or_none(extra.get("sm_clock_mhz")), number_or_none((entry or {}).get("sm_clock_mhz"))
     if not clock_decided and run_clock and base_clock and abs(run_clock / base_clock - 1.0) > CLOCK_CHANGE:
         return (
             f"the GPU's SM clock was {run_clock:.0f} MHz here but {base_clock:.0f} MHz when the baseline was recorded, "
@@ -221,8 +221,8 @@ def bound_reason(verdict: Verdict, entries: dict[str, dict[str, Any]], intensity
     if metric.kind != KIND_CATEGORY or verdict.status != "changed" or not metric.name.endswith(".bound"):
         return None
     step = metric.name.rpartition(".")[0]
-    base = _number((entries.get(f"{step}.arithmetic_intensity") or {}).get("value"))
-    now = _number(intensity)
+    base = number_or_none((entries.get(f"{step}.arithmetic_intensity") or {}).get("value"))
+    now = number_or_none(intensity)
     if base is None or now is None or base <= 0:
         return None
     if abs(now / base - 1.0) > SAME_INTENSITY:

@@ -13,15 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_gpuperf.timing.calibration import KERNEL
+from pytest_gpuperf.validate import number_or_none
 
 #: Least relative difference that means another machine, on top of the recorded and measured spreads.
 MACHINE_FLOOR = 0.10
 #: Most a spread may widen the band (a calibration that moved more than this is no better than this).
 SPREAD_CAP = 0.15
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def band(base_spread: float, run_spread: float) -> float:
@@ -35,11 +32,12 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None) -> str |
     None also when either side carries no calibration (a GPU timing, a baseline recorded before
     calibrations were stored: see :func:`missing_note`).
     """
-    run, base = _number(extra.get("calibration")), _number((entry or {}).get("calibration"))
+    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
     if not run or not base or run <= 0 or base <= 0:
         return None
     allowed = band(
-        _number((entry or {}).get("calibration_spread")) or 0.0, _number(extra.get("calibration_spread")) or 0.0
+        number_or_none((entry or {}).get("calibration_spread")) or 0.0,
+        number_or_none(extra.get("calibration_spread")) or 0.0,
     )
     ratio = run / base
     if 1.0 / (1.0 + allowed) <= ratio <= 1.0 + allowed:
@@ -55,7 +53,11 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None) -> str |
 
 def missing_note(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
     """A note for a host-CPU timing judged against an entry that stores no calibration, else None."""
-    if _number(extra.get("calibration")) is None or entry is None or _number(entry.get("calibration")) is not None:
+    if (
+        number_or_none(extra.get("calibration")) is None
+        or entry is None
+        or number_or_none(entry.get("calibration")) is not None
+    ):
         return None
     return (
         "its baseline stores no machine calibration (recorded by an older pytest-gpuperf), so a run on another "

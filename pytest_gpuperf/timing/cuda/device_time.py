@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.stats import median
@@ -100,33 +101,39 @@ def measure_device_time(
                 graph, reason = capture(step, iters)
             else:
                 reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
+        loop = _Loop(eager, result, config, stop_rule, deadline, floor, now, watch)
         if graph is not None:
-            _graph_samples(graph, eager, result, config, stop_rule, deadline, floor, now, watch)
+            _graph_samples(graph, loop)
         else:
-            _fallback_samples(step, eager, result, config, stop_rule, deadline, floor, kernel_sums, reason, now, watch)
+            _fallback_samples(step, loop, kernel_sums, reason)
 
 
-def _graph_samples(
-    graph: Any,
-    eager: Callable[[], float],
-    result: TimingResult,
-    config: MeasureConfig,
-    stop_rule: StopCheck | None,
-    deadline: float,
-    floor: int,
-    now: Callable[[], float],
-    watch: ClockWatch,
-) -> None:
+@dataclass(frozen=True)
+class _Loop:
+    """What both sampling paths share: the eager sampler, the result they fill, the settings and the stop rule."""
+
+    eager: Callable[[], float]
+    result: TimingResult
+    config: MeasureConfig
+    stop_rule: StopCheck | None
+    deadline: float
+    floor: int
+    now: Callable[[], float]
+    watch: ClockWatch
+
+
+def _graph_samples(graph: Any, loop: _Loop) -> None:
+    result = loop.result
     result.method, result.iters_per_sample = "cuda_graph", graph.iters
-    replay = watch.timed(lambda: graph.time() / graph.iters)
+    replay = loop.watch.timed(lambda: graph.time() / graph.iters)
 
     def take() -> float:
-        result.eager_samples.append(eager())
+        result.eager_samples.append(loop.eager())
         return replay()
 
     try:
-        deadline += _sustain(graph.time, watch, config, result, now)
-        sample_loop(take, result, config, stop_rule, deadline, floor, now=now)
+        deadline = loop.deadline + _sustain(graph.time, loop.watch, loop.config, result, loop.now)
+        sample_loop(take, result, loop.config, loop.stop_rule, deadline, loop.floor, now=loop.now)
     finally:
         graph.close()
 
@@ -153,19 +160,9 @@ def _sustain(
     return state.seconds
 
 
-def _fallback_samples(
-    step: Callable[[], object],
-    eager: Callable[[], float],
-    result: TimingResult,
-    config: MeasureConfig,
-    stop_rule: StopCheck | None,
-    deadline: float,
-    floor: int,
-    kernel_sums: KernelSums,
-    reason: str,
-    now: Callable[[], float],
-    watch: ClockWatch,
-) -> None:
+def _fallback_samples(step: Callable[[], object], loop: _Loop, kernel_sums: KernelSums, reason: str) -> None:
+    eager, result, config, stop_rule = loop.eager, loop.result, loop.config, loop.stop_rule
+    deadline, floor, now, watch = loop.deadline, loop.floor, loop.now, loop.watch
     notes = [f"no CUDA graph ({reason})"] if reason else []
     profile = config.cupti and not counted(config)
     eager_part = TimingResult(samples=[])
