@@ -8,6 +8,7 @@
 # Usage, from the repo root: bash gpu/ncu_session.sh
 set -u
 source gpu/setup.sh
+source gpu/timed_run.sh  # run NAME ARGS...: pytest "${ARGS[@]}" ARGS..., log $W/NAME.log
 OUT=${OUT:-/tmp/out}
 W="$OUT/ncu_session"
 mkdir -p "$W" gpu_ncu_session_tests
@@ -48,13 +49,6 @@ def test_gelu(gpuperf):
 PY
 ARGS=(gpu_ncu_session_tests/test_ncu5.py -p no:randomly --gpuperf --gpuperf-update --gpuperf-backend cuda
       --gpuperf-max-time 0.5 --gpuperf-baselines "$W/baselines" --gpuperf-artifacts "$W/artifacts" -rs)
-run() {  # name, extra args...
-  local name=$1; shift
-  local t0=$(date +%s.%N)
-  timeout 280 python3 -m pytest "${ARGS[@]}" "$@" > "$W/$name.log" 2>&1
-  local rc=$?
-  echo "$name $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") $rc"
-}
 A=$(run A_plain); echo "$A"
 B=$(run B_ncu5 --gpuperf-ncu); echo "$B"
 C=$(run C_ncu1 --gpuperf-ncu -k test_gemm); echo "$C"

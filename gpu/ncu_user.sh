@@ -7,6 +7,7 @@
 # Logs in $OUT/ncu_user/. Usage, from the repo root: bash gpu/ncu_user.sh
 set -u
 source gpu/setup.sh
+source gpu/timed_run.sh  # run NAME ARGS...: pytest "${ARGS[@]}" ARGS..., log $W/NAME.log
 OUT=${OUT:-/tmp/out}
 W="$OUT/ncu_user"
 U=$(mktemp -d /tmp/user-project-XXXX)
@@ -75,13 +76,6 @@ SEL=(-k "gemm or add or softmax or gelu or layernorm")
 ARGS=("$U/ops/test_user_ops.py" "${SEL[@]}" -p no:randomly --rootdir "$PWD" -c "$PWD/pyproject.toml" --gpuperf
       --gpuperf-update --gpuperf-backend cuda --gpuperf-max-time 0.5 --gpuperf-baselines "$W/baselines"
       --gpuperf-artifacts "$W/artifacts" -rs -v)
-run() {  # name, extra args...
-  local name=$1; shift
-  local t0=$(date +%s.%N)
-  timeout 280 python3 -m pytest "${ARGS[@]}" "$@" > "$W/$name.log" 2>&1
-  local rc=$?
-  echo "$name $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") $rc"
-}
 A=$(run A_plain); echo "$A"
 B=$(run B_ncu --gpuperf-ncu); echo "$B"
 python3 - "$A" "$B" "$W/B_ncu.log" <<'PY'
