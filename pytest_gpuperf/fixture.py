@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.fixture_args import check_measure_args, checked_record_args, is_integer, short_repr
 from pytest_gpuperf.results import (
     KIND_MEMORY,
     KIND_THROUGHPUT,
@@ -20,6 +19,7 @@ from pytest_gpuperf.results import (
     Better,
     Metric,
 )
+from pytest_gpuperf.validate import check_measure_args, checked_record_args, is_integer, short_repr
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -159,7 +159,7 @@ class GpuPerf:
                 "gpuperf.measure(lambda: model(x)), not its result"
             )
         check_measure_args(self.node_id, name, items, flops, bytes_moved)
-        from pytest_gpuperf.baselines.fields import MAX_WORD, name_problem
+        from pytest_gpuperf.validate import MAX_WORD, name_problem
 
         problem = name_problem(unit, "unit", MAX_WORD)
         if problem:

@@ -5,14 +5,18 @@ A NaN, an infinity or an impossible negative value switches a comparison off
 marker or ``gpuperf.record()`` passes through these helpers. Each raises
 :class:`NumberError` (a ``ValueError``) whose message starts with ``what``, so
 the caller only has to say where the number came from (file and line, test,
-metric or marker key). Nothing heavy is imported here: the plugin module may
-use it at start-up.
+metric or marker key). Names (metric names, units, test ids) are checked here
+too, and so are the arguments of ``gpuperf.measure()`` and ``gpuperf.record()``:
+each refusal names the test and the argument before anything is measured or
+recorded. Nothing heavy is imported here: the plugin module may use it at start-up.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, Metric
 
 
 def number_or_none(value: Any) -> float | None:
@@ -100,3 +104,121 @@ def positive_int(value: Any, what: str) -> int:
     if number != int(number) or number < 1:
         raise NumberError(f"{what} must be a whole number >= 1, got {number!r}")
     return int(number)
+
+
+# -- names: metric names, units, test ids ------------------------------------------------------------------------
+
+#: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
+MAX_WORD = 64
+#: Longest metric name (``step.time``, ``rank3.train.tokens_per_s``: a name is a short dotted label).
+MAX_METRIC_NAME = 200
+#: Longest test id read from a baseline file (pytest ids with long parametrizations stay far below).
+MAX_TEST_ID = 4096
+
+
+def name_problem(name: Any, what: str = "metric name", limit: int = MAX_METRIC_NAME) -> str | None:
+    """What is wrong with a metric name or test id (None when valid): a non-empty printable string, bounded.
+
+    Escape codes, carriage returns and newlines would reach the terminal and the FAILED line raw and let a
+    log be spoofed; the name is shown with ``repr`` here, so the message itself is safe.
+    """
+    if not isinstance(name, str):
+        return f"{what} must be a string, got {type(name).__name__} {name!r:.80}"
+    if not name.strip():
+        return f"{what} must not be empty"
+    if len(name) > limit:
+        return f"{what} is {len(name)} characters long, more than {limit}: {name[:60]!r}..."
+    if not name.isprintable():
+        bad = next(c for c in name if not c.isprintable())
+        return f"{what} {name[:limit]!r} holds the unprintable character {bad!r} (escape codes, newlines, CR)"
+    return None
+
+
+# -- the arguments of gpuperf.measure() and gpuperf.record() -----------------------------------------------------
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (a 400-digit count)
+        return False
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a tensor's repr is its whole contents)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_measure_args(
+    node_id: str, name: str, items: float | None, flops: float | None, bytes_moved: float | None
+) -> None:
+    """Refuse arguments that would switch a gate off or make no sense, naming the test and the argument."""
+    __tracebackhide__ = True  # the error is the caller's: pytest shows the test's line, not this one
+    if not isinstance(name, str) or not name or name.strip() != name:
+        raise ValueError(f"{node_id}: gpuperf.measure(name={name!r}): expected a non-empty name without spaces around")
+    problem = name_problem(name, "name", MAX_METRIC_NAME - 40)  # room for '.peak_memory' and the like
+    if problem:
+        raise ValueError(f"{node_id}: gpuperf.measure(): {problem}")
+    for key, value in (("items", items), ("flops", flops), ("bytes_moved", bytes_moved)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
+            raise ValueError(
+                f"{node_id}: gpuperf.measure({key}={value!r:.40}): expected a finite number > 0 per step "
+                f"(or leave it out); {key}=0 would turn its metric into a division by zero"
+            )
+
+
+def checked_record_args(
+    node_id: str,
+    metrics: list[Metric],
+    recorded_names: set[str],
+    name: object,
+    value: object,
+    unit: object,
+    better: object,
+) -> tuple[float | str, str]:
+    """``gpuperf.record()``'s arguments checked (``metrics``: the test's so far): the value as a plain number
+    or word, and the metric's kind."""
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"{node_id}: gpuperf.record(): name must be a non-empty string, got {name!r}")
+    problem = name_problem(name)
+    if problem:
+        raise ValueError(f"{node_id}: gpuperf.record(): {problem}")
+    what = f"{node_id}: gpuperf.record({name!r})"
+    taken = next((m for m in metrics if m.name == name), None)
+    if taken is not None:
+        source = "an earlier gpuperf.record()" if name in recorded_names else "gpuperf.measure()"
+        raise ValueError(
+            f"{what}: this test already has a metric {name!r} (from {source}); one name is one metric, "
+            "give this one its own name"
+        )
+    if better not in ("lower", "higher", "equal"):
+        raise ValueError(f"{what}: better must be 'lower', 'higher' or 'equal', got {better!r}")
+    if not isinstance(unit, str):
+        raise TypeError(f"{what}: unit must be a string, got {unit!r}")
+    problem = name_problem(unit, "unit", MAX_WORD) if unit else None
+    if problem:
+        raise ValueError(f"{what}: {problem}")
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError(f"{what}: a category value must be a non-empty word, got {value!r}")
+        problem = name_problem(value, "a category value", MAX_METRIC_NAME)
+        if problem:
+            raise ValueError(f"{what}: {problem}")
+        return value, "category"
+    if unit == "B":
+        return non_negative_number(value, f"{what}: value"), KIND_MEMORY
+    return finite_number(value, f"{what}: value"), KIND_CUSTOM
+
+
+def is_integer(value: object) -> bool:
+    """True for a Python or numpy integer (not a bool): a count, compared exactly under ``better="equal"``."""
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

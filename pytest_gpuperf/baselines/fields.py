@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_gpuperf.results import NUMBER_KINDS
 from pytest_gpuperf.validate import (
+    MAX_WORD,
     NumberError,
     finite_number,
     non_negative_number,
@@ -38,8 +39,6 @@ KINDS_NON_NEGATIVE = ("memory", "host")
 BETTER = ("lower", "higher", "equal")
 #: Most samples read per metric: a baseline keeps about 30; more is a broken or hostile file.
 MAX_SAMPLES = 1000
-#: Longest unit, kind or method string (they are short words; more is a broken or hostile file).
-MAX_WORD = 64
 
 Check = Callable[[Any, dict[str, Any]], None]
 Loosens = Callable[[dict[str, Any], dict[str, Any]], bool]
@@ -269,27 +268,3 @@ def entry_problem(entry: Any) -> str | None:
 def loosened_fields(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The fields whose edit from ``before`` to ``after`` loosens the gate (empty when none does)."""
     return [row.name for row in ENTRY_FIELDS if row.loosens(before, after)]
-
-
-#: Longest metric name (``step.time``, ``rank3.train.tokens_per_s``: a name is a short dotted label).
-MAX_METRIC_NAME = 200
-#: Longest test id read from a baseline file (pytest ids with long parametrizations stay far below).
-MAX_TEST_ID = 4096
-
-
-def name_problem(name: Any, what: str = "metric name", limit: int = MAX_METRIC_NAME) -> str | None:
-    """What is wrong with a metric name or test id (None when valid): a non-empty printable string, bounded.
-
-    Escape codes, carriage returns and newlines would reach the terminal and the FAILED line raw and let a
-    log be spoofed; the name is shown with ``repr`` here, so the message itself is safe.
-    """
-    if not isinstance(name, str):
-        return f"{what} must be a string, got {type(name).__name__} {name!r:.80}"
-    if not name.strip():
-        return f"{what} must not be empty"
-    if len(name) > limit:
-        return f"{what} is {len(name)} characters long, more than {limit}: {name[:60]!r}..."
-    if not name.isprintable():
-        bad = next(c for c in name if not c.isprintable())
-        return f"{what} {name[:limit]!r} holds the unprintable character {bad!r} (escape codes, newlines, CR)"
-    return None

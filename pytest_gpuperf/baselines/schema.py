@@ -209,7 +209,7 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
     if not isinstance(tests, dict):
         raise BaselineError(path, "'tests' must be a mapping of test id to metrics", lines.get(("tests",)))
     stored: dict[str, dict[str, dict[str, Any]]] = {}
-    from pytest_gpuperf.baselines.fields import MAX_TEST_ID, name_problem
+    from pytest_gpuperf.validate import MAX_TEST_ID, name_problem
 
     for test_id, metrics in tests.items():
         problem = name_problem(test_id, "test id", MAX_TEST_ID)
