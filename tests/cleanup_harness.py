@@ -137,6 +137,7 @@ def signal_during_run(root: Path, scenario: Scenario, sig: int, start_timeout: f
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # its own group: SIGINT goes to the group, as a terminal's Ctrl-C does
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         deadline = time.monotonic() + start_timeout
@@ -169,3 +170,13 @@ def signal_during_run(root: Path, scenario: Scenario, sig: int, start_timeout: f
                 pass
         proc.wait()
         log.close()
+
+
+def sigint_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT back to its default disposition, as a terminal's shell starts a command.
+
+    A command started in the background by a non-interactive shell (``cmd &``, ``nohup``; a CI runner's job can be
+    one) inherits SIGINT *ignored*, exec keeps that, and Python then installs no KeyboardInterrupt handler: a
+    SIGINT to the group would reach no process that acts on it. Such a run says nothing about Ctrl-C.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

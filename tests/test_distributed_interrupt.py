@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from pytest_gpuperf.distributed.interrupt import MESSAGE
 from pytest_gpuperf.distributed.manager import PoolManager
 from pytest_gpuperf.distributed.processes import process_alive
 from pytest_gpuperf.distributed.tasks import RankTask
+from tests.cleanup_harness import sigint_as_in_a_terminal
 
 BODY = """
 import os
@@ -40,9 +42,19 @@ def _wait_for(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def
     return predicate()
 
 
+@pytest.fixture
+def python_handles_sigint() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process while the test runs, even if the suite runs in the
+    background (a non-interactive shell's ``cmd &`` starts it with SIGINT ignored, and ``_thread.interrupt_main``
+    then does nothing)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.e2e
 def test_ctrl_c_while_ranks_run_a_test_kills_the_pool_without_the_graceful_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python_handles_sigint: None
 ) -> None:
     started = tmp_path / "started"
     monkeypatch.setenv("GPUPERF_TEST_STARTED", str(started))
@@ -126,6 +138,7 @@ def test_first_ctrl_c_stops_the_ranks_and_a_second_exits_cleanly(
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=sigint_as_in_a_terminal,  # Ctrl-C must reach it even when this suite runs in the background
     )
     try:
         assert _wait_for(started.exists, 300), "the ranks never started the test body"

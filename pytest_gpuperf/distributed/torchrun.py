@@ -141,7 +141,7 @@ class TorchrunRunner:
         limit = float(timeout or self.timeout)
         run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
         stem = name or path.stem
-        from pytest_gpuperf.baselines.fields import MAX_METRIC_NAME, name_problem
+        from pytest_gpuperf.validate import MAX_METRIC_NAME, name_problem
 
         problem = name_problem(stem, "name", MAX_METRIC_NAME - 40)
         if problem:
