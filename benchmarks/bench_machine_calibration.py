@@ -119,7 +119,10 @@ def main() -> None:
         [baseline] = (project / "baselines").glob("cpu-*.yaml")
         recorded = baseline.read_text()
         entry = yaml.safe_load(recorded)["tests"][NODE]["step.time"]
-        print(f"recorded: time {entry['value'] * 1e3:.2f} ms, calibration {entry.get('calibration', 0) * 1e6:.1f} us")
+        print(
+            f"recorded: time {entry['value'] * 1e3:.2f} ms, calibration {entry.get('calibration', 0) * 1e6:.1f} us, "
+            f"spread between its {entry.get('processes', 1)} processes {entry.get('process_spread', 0):.1%}"
+        )
         scenarios = [
             ("unchanged, machine that recorded", False, None),
             ("1.5x work, machine that recorded", True, None),
