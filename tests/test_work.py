@@ -120,3 +120,14 @@ def test_end_to_end_the_work_change_is_reported_in_terminal_markdown_and_json(
     assert work["status"] == "changed" and sentence in work["message"]
     throughput = metrics["step.throughput"]
     assert throughput["kind"] == KIND_THROUGHPUT and throughput["doubt"] in ("work", "machine")
+
+
+def test_the_changed_work_explains_a_timing_another_rule_already_doubted(tmp_path: Path) -> None:
+    """An unsettled (or contended) run's doubt would send the step to a fresh-process confirmation; the changed
+    workload is the reason that stands, and no confirmation is asked for."""
+    entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(48 * MIB)}
+    unsettled = time_metric(samples(2.0, 1), settled=False)
+    metrics = [unsettled, Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work")]
+    (timing, _), judging = judged(tmp_path, metrics, entries)
+    assert timing.status == "inconclusive" and timing.doubt == "work" and timing.suspected == "regression"
+    assert not judging.wants_confirmation([timing])

@@ -105,7 +105,9 @@ def explain_timing(verdicts: list[Verdict]) -> list[Verdict]:
     for verdict in verdicts:
         step = verdict.metric.name.rpartition(".")[0]
         timing = verdict.metric.kind in (KIND_TIME, KIND_THROUGHPUT)
-        if timing and step in changed and verdict.status in JUDGED:
+        # The work explains the time whatever another rule said (a contended run's doubt would send the step to a
+        # fresh-process confirmation that the changed workload makes meaningless).
+        if timing and step in changed and verdict.status in (*JUDGED, "inconclusive"):
             reason = (
                 f"the step's work changed ({'; '.join(changed[step])}), so this is not the same work getting "
                 "slower or faster; if the new workload is intended, re-record"
