@@ -318,7 +318,7 @@ def test_the_ref_diff_lists_a_larger_process_spread_and_another_clock_as_looseni
 
 
 def test_a_session_parses_each_baseline_file_once(
-    pytester: pytest.Pytester, fast_args: list[str], monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, fast_args: list[str], unchanged_args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_gpuperf.baselines import schema
 
@@ -327,5 +327,5 @@ def test_a_session_parses_each_baseline_file_once(
     calls: list[str] = []
     real = schema.parse_baseline_text
     monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t: calls.append(str(p)) or real(p, t))
-    pytester.runpytest_inprocess("--gpuperf", *fast_args).assert_outcomes(passed=1)  # in-process: calls counted
+    pytester.runpytest_inprocess("--gpuperf", *unchanged_args).assert_outcomes(passed=1)  # in-process: calls counted
     assert calls.count(str(path)) == 1, calls  # judged, then the stale-entry summary: one parse
