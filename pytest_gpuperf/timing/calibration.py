@@ -109,12 +109,14 @@ def host_calibration() -> Calibration:
     pinned = os.environ.get(PIN_ENV, "").strip()
     if not pinned:
         return measure_calibration()
+    from pytest_gpuperf.validate import positive_number
+
     try:
-        value = float(pinned)
-    except ValueError:
-        raise ValueError(f"{PIN_ENV}={pinned!r}: expected seconds per calibration call, e.g. 3e-05") from None
-    if not value > 0:
-        raise ValueError(f"{PIN_ENV}={pinned!r}: expected a positive number of seconds per calibration call")
+        value = float(positive_number(float(pinned), PIN_ENV))  # refuses 0, negatives, inf and nan
+    except ValueError:  # not a number (float()), or not a positive finite one (NumberError)
+        raise ValueError(
+            f"{PIN_ENV}={pinned!r}: expected a positive, finite number of seconds per calibration call, e.g. 3e-05"
+        ) from None
     return Calibration(value, 0.01, value, 0.01, 0.0)
 
 
