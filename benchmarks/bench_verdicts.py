@@ -50,16 +50,17 @@ def _randn(*shape, dtype=torch.float32, device="cpu", seed=0):
     return torch.randn(*shape, generator=gen, device=device, dtype=dtype)
 
 
-def _tiles(value, tile):
-    return max(tile, int(round(value / tile)) * tile)  # whole tiles: the same cuBLAS kernel, no partial tile
+def _tiles(value, tile, up=False):
+    whole = -(-value // tile) if up else round(value / tile)
+    return max(tile, int(whole) * tile)  # whole tiles: the same cuBLAS kernel, no partial tile
 
 
 def build(name, device):
     """The step of workload ``name`` at BENCH_SCALE on ``device``."""
-    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K in whole 64-wide tiles (4288, 4480: +4.7%, +9.4% of K)
+    if name == "gemm":  # 4096 x K @ K x 4096, bf16: K rounded up to whole 64-wide tiles (4352, 4480: +6.3%, +9.4% of K)
         # The operands are allocated at the largest K (4480) and sliced, so peak memory is the same at every scale
         # and only the time verdict can catch the slowdown.
-        k = _tiles(4096 * SCALE, 64)
+        k = _tiles(4096 * SCALE, 64, up=True)
         kmax = max(k, 4480)
         a = _randn(4096, kmax, dtype=torch.bfloat16, device=device)
         b = _randn(kmax, 4096, dtype=torch.bfloat16, device=device, seed=1)
@@ -126,15 +127,34 @@ def build(name, device):
 
 TESTS = r"""
 import pytest
+import torch
 
+import bench_workloads
 from bench_workloads import build
+from pytest_gpuperf.profiling.counting import count_step
 
 NAMES = {names!r}
 
 
+def unslowed_work(name, device):
+    # The FLOPs and bytes of the step at BENCH_SCALE 1.0, declared at every scale: the slowdown is real extra work
+    # in the same kernels, but the test keeps declaring the same work (as a kernel that got slower would), so the
+    # time verdict is what catches it, not the counted-work verdict.
+    scale, bench_workloads.SCALE = bench_workloads.SCALE, 1.0
+    try:
+        step = build(name, device)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        count = count_step(step, sync)
+    finally:
+        bench_workloads.SCALE = scale
+    del step
+    return {{"flops": count.flops or None, "bytes_moved": count.bytes or None}}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_workload(gpuperf, name):
-    gpuperf.measure(build(name, gpuperf.device))
+    work = unslowed_work(name, gpuperf.device)
+    gpuperf.measure(build(name, gpuperf.device), **work)
 """
 
 GPU_NAMES = ["gemm", "attention", "elementwise", "linear", "minillm"]
@@ -157,13 +177,17 @@ def run_pytest(
         parts = test["nodeid"].rpartition("[")[2].rstrip("]").split("-")
         name = next((part for part in parts if part in GPU_NAMES + CPU_NAMES), "?")
         by_metric = {m["metric"]: m for m in test["metrics"]}
-        judged = by_metric.get("step.host_overhead" if host_sync else "step.time", {})
+        # A host sync is caught by the exact count of synchronizing operations (step.host_syncs) where the
+        # backend counts them, else by the timed host overhead.
+        sync_metric = "step.host_syncs" if "step.host_syncs" in by_metric else "step.host_overhead"
+        judged = by_metric.get(sync_metric if host_sync else "step.time", {})
         out[name] = {
             "status": judged.get("status", "missing"),
             "memory": by_metric.get("step.peak_memory", {}).get("status", "-"),
             "judged_on": (judged.get("extra") or {}).get("judged_on", "time"),
             "change": f"{judged['ratio'] - 1:+.1%}" if isinstance(judged.get("ratio"), (int, float)) else "?",
             "outcome": test.get("outcome", "?"),
+            "failed_metrics": [m["metric"] for m in test["metrics"] if m.get("status") == "regression"],
             "sm_clock_mhz": (judged.get("extra") or {}).get("sm_clock_mhz"),
             "cycles_change": (judged.get("extra") or {}).get("cycles_change"),
             "message": judged.get("message", ""),
@@ -237,6 +261,7 @@ def main() -> None:
         "--workloads", default=None, help="comma-separated subset (gemm,attention,elementwise,linear,minillm)"
     )
     parser.add_argument("--scales", default=None, help="comma-separated slowdown scales (default 1.10,1.05 / 1.5)")
+    parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
     cuda = opts.device == "cuda"
@@ -253,7 +278,7 @@ def main() -> None:
         project = Path(tmp)
         (project / "bench_workloads.py").write_text(WORKLOADS)
         (project / "test_bench.py").write_text(TESTS.format(names=names))
-        if cuda and opts.verify:
+        if cuda and (opts.verify or opts.verify_only):
             sys.path.insert(0, str(project))
             verify(names, [1.0, *scales])
             if opts.verify_only:
@@ -271,12 +296,15 @@ def main() -> None:
         for scale, runs, sync in plan:
             label = "sync" if sync else f"{scale:.2f}"
             for i in range(runs):
+                if opts.deadline and time.perf_counter() - started > opts.deadline:
+                    print(f"  deadline: work {label} stopped after {i} of {runs} runs", flush=True)
+                    break
                 report = project / f"r-{label}-{i}.json"
                 result = run_pytest(project, opts.device, scale, list(opts.pytest_args), report, host_sync=sync)
                 for name in names:
                     got = result.get(name, {"status": "missing", "memory": "-", "judged_on": "-", "change": "?"})
                     outcomes[(name, label)][got["status"]] += 1
-                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] == "cycles"
+                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] in ("cycles", "time+cycles")
                     outcomes[(name, label)]["memory_failed"] += got["memory"] == "regression"
                     rows.append({"workload": name, "work": label, "run": i, **got})
                     if opts.out:  # as it goes: a run cut short by its time limit keeps what it measured

@@ -30,6 +30,6 @@ for k in (4480, 3264):
     ms = gemm_ms(k)
     print(f"do_bench K={k}: {ms * 1e3:.1f} us, {(ms / base - 1) * 100:+.1f}% vs K=4096 (FLOPs {(k / 4096 - 1) * 100:+.1f}%)")
 PY
-timeout 540 python3 benchmarks/bench_ab.py --device cuda --runs $RUNS --modes $MODES --cases $CASES --deadline 400 \
+timeout 540 python3 benchmarks/bench_ab.py --device cuda --runs $RUNS --modes $MODES --cases $CASES --deadline ${DEADLINE:-400} \
   --out $OUT/ab/observations.json \
   2>&1 | grep -v USDT | tee $OUT/ab/bench_ab.log | tail -n 12

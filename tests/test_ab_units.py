@@ -484,6 +484,21 @@ def test_ab_judges_cycles_when_the_processes_ran_at_different_sm_clocks() -> Non
     assert verdict.status == "unchanged" and "cycles" not in verdict.message
 
 
+def test_ab_lets_time_decide_when_the_processes_clocks_spread_alike_on_both_sides() -> None:
+    # As on the H200 under its power cap: every worker at its own clock (1395-1905 MHz), A and B alike, while the
+    # GEMM's time barely follows the NVML clock. Cycles would spread 30% and straddle; time decides.
+    unchanged = TestEvidence("t.py::gemm")
+    unchanged.a = [_clocked(0.81e-3, 1410), _clocked(0.81e-3, 1905)]
+    unchanged.b = [_clocked(0.81e-3, 1395), _clocked(0.81e-3, 1890)]
+    verdict = judge_evidence(unchanged, final=True)[0]
+    assert verdict.status == "unchanged" and "time decides" in verdict.message
+    slowed = TestEvidence("t.py::gemm")  # +10% of the time in B, the same clocks
+    slowed.a = [_clocked(0.81e-3, 1410), _clocked(0.81e-3, 1905)]
+    slowed.b = [_clocked(0.891e-3, 1395), _clocked(0.891e-3, 1890)]
+    verdict = judge_evidence(slowed, final=True)[0]
+    assert verdict.status == "regression" and "time decides" in verdict.message
+
+
 @pytest.mark.e2e
 def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(tmp_path: Path) -> None:
     """The worker plugin in a real pytest process: started ahead, it collects, waits on stdin, and after "go"

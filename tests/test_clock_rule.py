@@ -134,6 +134,16 @@ def test_the_power_warm_up_keeps_replaying_while_a_capped_gpus_power_still_rises
     assert state.facts()["power_settled"] is True
 
 
+def test_a_boost_clock_that_holds_while_the_power_still_climbs_is_not_yet_the_sustained_state() -> None:
+    clock = itertools.count(0.0, 0.01)  # 5 reads per 0.1 s window
+    powers = [90.0 + 30.0 * i for i in range(20)] + [690.0] * 10  # climbs 150 W per window for 4 windows, uncapped
+    clocks = [1980] * 20 + [1500] * 10  # the boost clock holds until the cap engages
+    reader = _reader(clocks, powers, reasons=0)
+    state = warm_to_sustained(lambda: None, reader, budget=2.0, now=lambda: next(clock))
+    assert state.settled and state.sm_clock_mhz == 1500  # not the boost clock of the first windows
+    assert state.seconds > 0.4
+
+
 def test_an_uncapped_gpu_settles_as_soon_as_its_clock_holds_and_a_drifting_one_runs_out_of_budget() -> None:
     clock = itertools.count(0.0, 0.01)
     state = warm_to_sustained(lambda: None, _reader([1980], [300.0], reasons=0), 2.0, now=lambda: next(clock))

@@ -1,9 +1,13 @@
-"""A/B on a GPU whose SM clock moves between processes: the step's cycles decide, as for stored baselines.
+"""A/B on a GPU whose SM clock moves between processes: time decides unless the two sides' clocks differ.
 
-Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1410-1935 MHz
-were read across pytest processes on the H200 for one GEMM). When the processes' clocks spread by more than
-:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE`, a timing metric is judged on its time and on its
-step's cycles per step (device time x SM clock, each process's own) with the same rule and tolerance, and
+Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1395-1905 MHz
+were read across the 8 workers of one A/B run of a GEMM on the H200). A and B alternate, so that spread is
+process noise that both sides share, and the A/B judge already weighs it (the spread between a side's
+processes, the paired ratios): time decides. Judging cycles there (device time x SM clock, which over-corrects:
+the H200's GEMM time follows the NVML clock only as ``f**-0.3``) made 4 of 4 unchanged runs inconclusive.
+Only when the two sides' median clocks differ by more than
+:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE` (the sides ran in different GPU states) is a timing
+metric judged on its time and on its step's cycles per step with the same rule and tolerance, and
 :func:`~pytest_gpuperf.judging.clock_rule.bracket` combines them, unless the step is memory-bound.
 """
 
@@ -14,6 +18,7 @@ from typing import Any
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
 from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.judging.clock_rule import AGREED, bracket
+from pytest_gpuperf.stats import median
 
 Metrics = list[dict[str, dict[str, Any]]]
 
@@ -38,15 +43,30 @@ def _bound(step: str, metrics: Metrics) -> Any:
     return next(((m.get(f"{step}.bound") or {}).get("value") for m in reversed(metrics) if f"{step}.bound" in m), None)
 
 
+def sides_clocks_differ(a_clocks: list[float], b_clocks: list[float]) -> bool:
+    """True when the two sides' median SM clocks differ by more than ``CLOCK_CHANGE`` (not just their processes)."""
+    if not a_clocks or not b_clocks:
+        return False
+    a_mhz, b_mhz = median(a_clocks), median(b_clocks)
+    return abs(b_mhz / a_mhz - 1.0) > CLOCK_CHANGE
+
+
 def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
-    """Judge each time/throughput verdict on its time and its step's cycles where the processes' SM clocks differ."""
+    """Judge each time/throughput verdict on its time and its step's cycles where the sides' SM clocks differ."""
     for verdict in verdicts:
         if verdict.kind not in ("time", "throughput") or verdict.tolerance is None or verdict.status == "info":
             continue
         step = verdict.metric.rpartition(".")[0]
         cycles = f"{step}.cycles"
-        clocks = _clocks(verdict.metric, a_metrics) + _clocks(verdict.metric, b_metrics)
+        a_clocks, b_clocks = _clocks(verdict.metric, a_metrics), _clocks(verdict.metric, b_metrics)
+        clocks = a_clocks + b_clocks
         if len(clocks) < 2 or max(clocks) / min(clocks) - 1.0 <= CLOCK_CHANGE:
+            continue
+        if not sides_clocks_differ(a_clocks, b_clocks):
+            verdict.message = (
+                f"{verdict.message}; the processes ran at {min(clocks):.0f}-{max(clocks):.0f} MHz, both sides alike "
+                f"(median A {median(a_clocks):.0f}, B {median(b_clocks):.0f} MHz): time decides"
+            ).lstrip("; ")
             continue
         if not follows_sm_clock(_bound(step, b_metrics)):
             continue

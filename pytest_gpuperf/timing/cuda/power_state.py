@@ -6,8 +6,9 @@ a GEMM read 1980 MHz idle, about 1500 MHz from 0.2 s on, and its NVML power, a m
 from 90 W to 690 W over the first second). Samples taken inside that transient are faster than the
 ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW` seconds
 while NVML is read after each replay, until two consecutive windows agree: SM clock within
-:data:`CLOCK_STEADY` and, on a power-capped GPU, power within :data:`POWER_STEADY`. A step that never
-reaches the cap (memory- or latency-bound) settles as soon as its clock holds. The budget bounds it;
+:data:`CLOCK_STEADY` and power within :data:`POWER_STEADY`, capped or not yet (the clock holds at boost for
+the first tenths of a second while the power still climbs). A step that never reaches the cap (memory- or
+latency-bound) settles as soon as its clock and power hold. The budget bounds it;
 what it found (the sustained clock, how long it took, whether it settled) goes into the record.
 """
 
@@ -49,12 +50,18 @@ class PowerState:
 
 
 def _steady(previous: tuple[float, float, int], current: tuple[float, float, int]) -> bool:
+    """Two windows hold the state: SM clock within :data:`CLOCK_STEADY`, power within :data:`POWER_STEADY`.
+
+    The power is checked whether or not the cap is reported yet: in the first tenths of a second of a large GEMM
+    the H200 still reads its boost clock, uncapped, while NVML's power (a moving average) climbs towards the cap;
+    settling on the clock alone there let A/B workers measure at 1905 MHz next to others at 1410 MHz.
+    """
     (clock0, power0, _), (clock1, power1, reasons) = previous, current
     if clock0 <= 0 or abs(clock1 / clock0 - 1.0) > CLOCK_STEADY:
         return False
-    if not reasons & POWER_CAP_MASK:
-        return True
-    return power0 > 0 and abs(power1 / power0 - 1.0) <= POWER_STEADY
+    if power0 <= 0 or power1 <= 0:
+        return not reasons & POWER_CAP_MASK  # no power reading: a capped GPU cannot show it holds
+    return abs(power1 / power0 - 1.0) <= POWER_STEADY
 
 
 def warm_to_sustained(

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The plugin's own cost on the H200 (issue 22 items 1-3), one device call of about 9 minutes:
+#  1. first perf test beyond its loop, empty and cached pytest cache, with per-span seconds and cProfile files
+#     (benchmarks/bench_test_overhead.py --device cuda; goals 3 s / 1.5 s, a one-test process <= 10 s wall);
+#  2. A/B of one GEMM test against HEAD, unchanged tree, RUNS1 runs (goal <= 45 s wall each);
+#  3. A/B of a file of 10 GEMM tests next to the stored-baseline run of the same file (goal A/B <= 3x stored);
+#  4. --gpuperf-ncu on five parametrized tests of a user file outside the repo, selected by -k (gpu/ncu_user.sh;
+#     goal 5 of 5 captured and classified, <= 5 s per test beyond the plain run).
+# Results in $OUT/cost.tgz (logs, observations, .prof files; the tables on stdout). Usage, from the repo root: bash gpu/cost.sh
+set -u
+source gpu/setup.sh
+OUT=${OUT:-/tmp/out}
+C="$OUT/cost"
+RUNS1=${RUNS1:-2}
+mkdir -p "$C"
+unset KINETO_LOG_LEVEL
+echo "== 1. first test's overhead"
+timeout 150 python3 benchmarks/bench_test_overhead.py --device cuda --repeats 2 --profile "$C" 2>&1 | grep -v USDT \
+  | tee "$C/overhead.txt"
+one() {  # a one-test pytest --gpuperf process, wall time
+  local P; P=$(mktemp -d)
+  cat > "$P/test_one.py" <<'PY'
+import torch
+
+def test_gemm(gpuperf):
+    gen = torch.Generator(device=gpuperf.device).manual_seed(0)
+    a = torch.randn(4096, 4096, generator=gen, device=gpuperf.device, dtype=torch.bfloat16)
+    gpuperf.measure(lambda: a @ a, flops=2 * 4096**3)
+PY
+  (cd "$P" && python3 -m pytest -q -p no:randomly --gpuperf-update --gpuperf-backend cuda test_one.py >/dev/null 2>&1)
+  local t0; t0=$(date +%s.%N)
+  (cd "$P" && python3 -m pytest -q -p no:randomly --gpuperf --gpuperf-backend cuda test_one.py > "$C/one_test.log" 2>&1)
+  echo "one-test pytest --gpuperf process (roofs cached by the recording run): $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s wall (goal <= 10 s)"
+  rm -rf "$P"
+}
+one | tee -a "$C/overhead.txt"
+echo "== 4. ncu on a user's file"
+OUT="$C" timeout 110 bash gpu/ncu_user.sh 2>&1 | tee "$C/ncu_user.txt" | tail -n 20
+# $OUT brings back at most 8 files: everything in one archive (the tables above are on stdout)
+rm -rf "$C/ncu_user/artifacts" "$C/ncu_user/baselines"
+tar czf "$OUT/cost.tgz" -C "$OUT" cost && rm -rf "$C"
