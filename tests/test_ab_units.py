@@ -499,6 +499,47 @@ def test_ab_lets_time_decide_when_the_processes_clocks_spread_alike_on_both_side
     assert verdict.status == "regression" and "time decides" in verdict.message
 
 
+# Per-process GEMM throughputs (TFLOP/s) of two A/B runs on the H200 (gpu/r4_call4.sh), workers at 1380-1680 MHz.
+H200_UNCHANGED = ([1224.0, 1296.4, 1223.4, 1233.7], [1232.3, 1228.5, 1201.4, 1227.4])
+H200_SLOWER = ([1225.3, 1223.4, 1248.6, 1215.3], [1145.6, 1117.7, 1168.3, 1162.8])  # K 4096 -> 4480: +9.9%
+
+
+def _gemm_processes(tflops: list[float], clocks: list[float]) -> list[dict]:
+    return [_clocked(1.0 / value, clock) for value, clock in zip(tflops, clocks, strict=True)]
+
+
+def test_ab_pairs_decide_where_one_boosted_process_left_the_best_process_rule_undecided() -> None:
+    clocks_a, clocks_b = [1455, 1680, 1440, 1500], [1470, 1500, 1410, 1545]  # both sides alike
+    unchanged = TestEvidence("t.py::gemm")
+    unchanged.a, unchanged.b = (
+        _gemm_processes(H200_UNCHANGED[0], clocks_a),
+        _gemm_processes(H200_UNCHANGED[1], clocks_b),
+    )
+    verdict = judge_evidence(unchanged, final=True)[0]
+    assert verdict.status == "unchanged" and "round pairs" in verdict.message and "3 of 4 within" in verdict.message
+    slower = TestEvidence("t.py::gemm")
+    slower.a, slower.b = _gemm_processes(H200_SLOWER[0], clocks_a), _gemm_processes(H200_SLOWER[1], clocks_b)
+    verdict = judge_evidence(slower, final=True)[0]
+    assert verdict.status == "regression" and "past the tolerance" in verdict.message
+    early = TestEvidence("t.py::gemm")  # two pairs are too few for the paired rule: more rounds
+    early.a, early.b = (
+        _gemm_processes(H200_UNCHANGED[0][:2], clocks_a[:2]),
+        _gemm_processes(H200_UNCHANGED[1][:2], clocks_b[:2]),
+    )
+    assert judge_evidence(early, final=False)[0].status == "undecided"
+
+
+def test_the_paired_rule_leaves_split_pairs_undecided() -> None:
+    from pytest_gpuperf.ab.clocks import decide_on_pairs
+    from pytest_gpuperf.ab.judge import AbVerdict
+
+    verdict = AbVerdict("step.time", "time", "s", "lower", "time", "undecided", [], [], tolerance=0.05)
+    verdict.pairs = [1.08, 0.99, 1.09, 1.00]  # half past, half within: neither side has 3 of 4
+    assert decide_on_pairs(verdict) is None
+    verdict.pairs = [0.90, 0.91, 0.92, 1.0]
+    assert decide_on_pairs(verdict) == "improvement"
+
+
 @pytest.mark.e2e
 def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(tmp_path: Path) -> None:
     """The worker plugin in a real pytest process: started ahead, it collects, waits on stdin, and after "go"

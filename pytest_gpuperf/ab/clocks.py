@@ -13,6 +13,7 @@ metric judged on its time and on its step's cycles per step with the same rule a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
@@ -51,6 +52,54 @@ def sides_clocks_differ(a_clocks: list[float], b_clocks: list[float]) -> bool:
     return abs(b_mhz / a_mhz - 1.0) > CLOCK_CHANGE
 
 
+#: Pairs needed before the paired rule may decide, and the share of them that must agree with the median.
+MIN_PAIRS, AGREEING_SHARE = 3, 0.75
+
+
+def _worse(verdict: AbVerdict) -> list[float]:
+    """Each round pair's B/A oriented so that > 1 is worse."""
+    return [p if verdict.better == "lower" else 1.0 / p for p in verdict.pairs if p > 0]
+
+
+def decide_on_pairs(verdict: AbVerdict) -> str | None:
+    """The paired rule for a GPU whose processes ran at their own clocks alike on both sides, or None.
+
+    The best-process rule of :func:`~pytest_gpuperf.ab.judge.judge_numeric` assumes noise only slows a process
+    down; under a power cap one worker can boost (1296 against 1224-1234 TFLOP/s for the other three of its side)
+    and that best process alone decides R. A and B of one round pair ran back to back in the same GPU state, so
+    their ratio carries the change: the median of at least :data:`MIN_PAIRS` pair ratios decides when at least
+    :data:`AGREEING_SHARE` of the pairs agree with it (past the tolerance for a regression, within it for a pass,
+    better beyond it for an improvement). On 18 A/B runs of a GEMM on the H200 this decided all 9 unchanged ones
+    unchanged and all 9 +9.9% ones a regression, where the best-process rule left 9 and 4 of them inconclusive.
+    """
+    worse, tolerance = _worse(verdict), verdict.tolerance
+    if tolerance is None or len(worse) < MIN_PAIRS:
+        return None
+    mid, need, limit = median(worse), math.ceil(AGREEING_SHARE * len(worse)), 1.0 + tolerance
+    if mid > limit and sum(w > limit for w in worse) >= need:
+        return "regression"
+    if mid < 1.0 / limit and sum(w < 1.0 / limit for w in worse) >= need:
+        return "improvement"
+    if mid <= 1.0 + tolerance / 2.0 and sum(w <= limit for w in worse) >= need:
+        return "unchanged"
+    return None
+
+
+def pairs_message(verdict: AbVerdict, status: str) -> str:
+    """What the paired rule saw: the pairs' median B/A and how many of them agree."""
+    worse, limit = _worse(verdict), 1.0 + (verdict.tolerance or 0.0)
+    agree = {
+        "regression": sum(w > limit for w in worse),
+        "improvement": sum(w < 1.0 / limit for w in worse),
+        "unchanged": sum(w <= limit for w in worse),
+    }[status]
+    said = {"regression": "past the tolerance", "improvement": "better beyond it", "unchanged": "within it"}[status]
+    return (
+        f"round pairs B/A (worse > 1) median {median(worse) - 1.0:+.1%}, {agree} of {len(worse)} {said} "
+        f"(tolerance {verdict.tolerance or 0:.0%}); the best processes alone could not decide"
+    )
+
+
 def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
     """Judge each time/throughput verdict on its time and its step's cycles where the sides' SM clocks differ."""
     for verdict in verdicts:
@@ -63,6 +112,9 @@ def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: M
         if len(clocks) < 2 or max(clocks) / min(clocks) - 1.0 <= CLOCK_CHANGE:
             continue
         if not sides_clocks_differ(a_clocks, b_clocks):
+            by_pairs = decide_on_pairs(verdict) if verdict.status in ("undecided", "inconclusive") else None
+            if by_pairs is not None:
+                verdict.status, verdict.decided, verdict.message = by_pairs, True, pairs_message(verdict, by_pairs)
             verdict.message = (
                 f"{verdict.message}; the processes ran at {min(clocks):.0f}-{max(clocks):.0f} MHz, both sides alike "
                 f"(median A {median(a_clocks):.0f}, B {median(b_clocks):.0f} MHz): time decides"
