@@ -67,10 +67,16 @@ def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
     """Why the stored timing entry cannot judge ``metric`` at its tolerance (its processes spread wider), or None.
 
     The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.evidence`), so such an
-    entry gates nothing: a re-record replaces it whatever the new numbers.
+    entry gates nothing: a re-record replaces it whatever the new numbers, unless the new recording's processes
+    spread past the tolerance too (then the stored entry is kept like any other that did not move).
     """
     spread, tolerance = number_or_none(old.get("process_spread")), metric.tolerance
     if metric.kind not in _TIMING_KINDS or spread is None or tolerance is None or spread <= tolerance:
+        return None
+    again = number_or_none(metric.extra.get("process_spread"))
+    if again is not None and again > tolerance:
+        # This recording's processes spread as wide: replacing one entry that gates nothing with another only
+        # churns the file (a CPU step whose processes differ 7x by their buffers' 4 KiB aliasing did that each time).
         return None
     return f"its recorded spread between processes ({spread:.0%}) was wider than its {tolerance:.0%} tolerance"
 
