@@ -69,8 +69,9 @@ def decide_on_pairs(verdict: AbVerdict) -> str | None:
     and that best process alone decides R. A and B of one round pair ran back to back in the same GPU state, so
     their ratio carries the change: the median of at least :data:`MIN_PAIRS` pair ratios decides when at least
     :data:`AGREEING_SHARE` of the pairs agree with it (past the tolerance for a regression, within it for a pass,
-    better beyond it for an improvement). On 18 A/B runs of a GEMM on the H200 this decided all 9 unchanged ones
-    unchanged and all 9 +9.9% ones a regression, where the best-process rule left 9 and 4 of them inconclusive.
+    better beyond it for an improvement). Re-judging the pair ratios of 18 A/B runs of a GEMM on the H200 (the runs
+    it was designed on) decided all 9 unchanged ones unchanged and all 9 +9.9% ones a regression, where the rules
+    of those runs had left 9 and 4 of them inconclusive.
     """
     worse, tolerance = _worse(verdict), verdict.tolerance
     if tolerance is None or len(worse) < MIN_PAIRS:
