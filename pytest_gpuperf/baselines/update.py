@@ -50,8 +50,6 @@ MEASUREMENT_FACTS = (
     "eager_time",
     "calibration",  # the host CPU's speed class (pytest_gpuperf.timing.calibration)
     "calibration_spread",
-    "calibration",  # the host CPU's speed class (pytest_gpuperf.timing.calibration)
-    "calibration_spread",
 )
 
 Entries = dict[str, dict[str, dict[str, Any]]]

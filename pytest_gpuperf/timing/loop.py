@@ -11,6 +11,8 @@ longer than the budget is still made, so a slow step costs about two calls):
 2. **Sampling**: each *sample* is ``iters`` back-to-back calls divided by ``iters`` (one sample lasts at least
    ``min_sample_time``). Samples the measuring thread spent waiting for a CPU are retaken (bounded) by a
    :class:`~pytest_gpuperf.timing.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
+   On the CPU a spacer of random size is held around each sample (:mod:`pytest_gpuperf.timing.layout`), so the
+   step's buffers do not keep one layout (4K aliasing made whole processes 7x slower) for the whole process.
    Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's
    :class:`~pytest_gpuperf.decision.StopRule` says more samples would not change the verdict), ``precise``
    (no baseline; the judged quantile's 95% half-width is below ``target_precision``), ``max_samples``, or
@@ -186,5 +188,14 @@ def _measure(
 
             measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
         else:
-            sample_loop(lambda: timer(step, iters) / iters, result, config, stop_rule, deadline, floor, guard)
+
+            def take() -> float:
+                return timer(step, iters) / iters
+
+            if backend.name == "cpu" and config.shift_layout:
+                from pytest_gpuperf.timing.layout import shifted
+
+                take = shifted(take)
+                result.layout_shifted = True
+            sample_loop(take, result, config, stop_rule, deadline, floor, guard)
     return result

@@ -64,6 +64,8 @@ class MeasureConfig:
     wait_share_limit: float = WAIT_SHARE_LIMIT
     #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
     power_warmup: float = 1.5
+    #: CPU: shift the heap by a random spacer between samples (:mod:`pytest_gpuperf.timing.layout`).
+    shift_layout: bool = True
 
 
 @dataclass
@@ -93,6 +95,8 @@ class TimingResult:
     sample_clocks: list[float] = field(default_factory=list)
     #: CUDA: what the power warm-up found (:class:`pytest_gpuperf.timing.cuda.power_state.PowerState` facts).
     power_state: dict[str, Any] | None = None
+    #: CPU: the heap was shifted between samples (:mod:`pytest_gpuperf.timing.layout`).
+    layout_shifted: bool = False
 
     @property
     def cycles_samples(self) -> list[float]:
@@ -166,6 +170,8 @@ class TimingResult:
             out["host_bound"] = self.host_bound
         if self.cpu_threads is not None:
             out["cpu_threads"] = self.cpu_threads
+        if self.layout_shifted:
+            out["layout_shifted"] = True
         for key, value in (self.clocks or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
