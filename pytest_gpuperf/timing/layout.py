@@ -13,8 +13,8 @@ frees it after, so the step's temporaries land at other offsets from one sample 
 processes every one then had at most 4 of 20 batches of calls in the slow layout (per-process 10th percentile
 of the batch medians 115-137 us), where 2 of 6 unshifted processes had only slow ones. The judged statistic, the
 20% quantile of the samples, then reads the same layout mix in every process. In the plugin, 5-process
-recordings of that step and of a layernorm + softmax spread 6-583% (one process of 15 still slow) and 8-51%,
-against 471-634% and 51-487% unshifted. The spacer is made outside the timed calls.
+recordings of that step and of a layernorm + softmax spread 6-583% (one process of 15 still slow) and 8-29%,
+against 652-698% and 422-488% unshifted. The spacer is made outside the timed calls.
 """
 
 from __future__ import annotations
