@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = '''
+TESTS = """
 import torch
 
 torch.set_num_threads(1)
@@ -43,7 +43,7 @@ def test_layernorm_softmax(gpuperf):
 def test_elementwise(gpuperf):
     x = _randn(1 << 18, seed=4)
     gpuperf.measure(lambda: (x * 2.0 + 1.0).relu() * x)
-'''
+"""
 
 
 def git(project: Path, *args: str) -> str:
