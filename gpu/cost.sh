@@ -12,10 +12,12 @@ source gpu/setup.sh
 OUT=${OUT:-/tmp/out}
 C="$OUT/cost"
 RUNS1=${RUNS1:-2}
+PARTS=${PARTS:-1234}  # which of the four parts to run (PARTS=14: the first test's cost and ncu, no A/B)
+part() { [[ $PARTS == *$1* ]]; }
 mkdir -p "$C"
 unset KINETO_LOG_LEVEL
-echo "== 1. first test's overhead"
-timeout 200 python3 benchmarks/bench_test_overhead.py --device cuda --repeats 2 --profile "$C" 2>&1 | grep -v USDT \
+part 1 && echo "== 1. first test's overhead"
+part 1 && timeout 150 python3 benchmarks/bench_test_overhead.py --device cuda --repeats 2 --profile "$C" 2>&1 | grep -v USDT \
   | tee "$C/overhead.txt"
 one() {  # a one-test pytest --gpuperf process, wall time
   local P; P=$(mktemp -d)
@@ -33,15 +35,15 @@ PY
   echo "one-test pytest --gpuperf process (roofs cached by the recording run): $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s wall (goal <= 10 s)"
   rm -rf "$P"
 }
-one | tee -a "$C/overhead.txt"
-echo "== 2. A/B of one test"
-timeout 200 python3 benchmarks/bench_ab.py --device cuda --runs "$RUNS1" --modes ab --cases unchanged --deadline 120 \
+part 1 && one | tee -a "$C/overhead.txt"
+part 2 && echo "== 2. A/B of one test"
+part 2 && timeout 200 python3 benchmarks/bench_ab.py --device cuda --runs "$RUNS1" --modes ab --cases unchanged --deadline 120 \
   --out "$C/ab1.json" 2>&1 | grep -v USDT | tee "$C/ab1.log" | tail -n 8
-echo "== 3. A/B of a file of 10 tests vs its stored-baseline run"
-timeout 240 python3 benchmarks/bench_ab.py --device cuda --tests 10 --runs 1 --modes ab,stored --cases unchanged \
+part 3 && echo "== 3. A/B of a file of 10 tests vs its stored-baseline run"
+part 3 && timeout 240 python3 benchmarks/bench_ab.py --device cuda --tests 10 --runs 1 --modes ab,stored --cases unchanged \
   --out "$C/ab10.json" 2>&1 | grep -v USDT | tee "$C/ab10.log" | tail -n 8
-echo "== 4. ncu on a user's file"
-OUT="$C" bash gpu/ncu_user.sh 2>&1 | tee "$C/ncu_user.txt" | tail -n 20
+part 4 && echo "== 4. ncu on a user's file"
+part 4 && OUT="$C" timeout 110 bash gpu/ncu_user.sh 2>&1 | tee "$C/ncu_user.txt" | tail -n 20
 # $OUT brings back at most 8 files: everything in one archive (the tables above are on stdout)
 rm -rf "$C/ncu_user/artifacts" "$C/ncu_user/baselines"
 tar czf "$OUT/cost.tgz" -C "$OUT" cost && rm -rf "$C"
