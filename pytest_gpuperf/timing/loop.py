@@ -193,9 +193,10 @@ def _measure(
                 return timer(step, iters) / iters
 
             if backend.name == "cpu" and config.shift_layout:
-                from pytest_gpuperf.timing.layout import shifted
+                from pytest_gpuperf.timing.layout import shifted, steady_heap
 
                 take = shifted(take)
                 result.layout_shifted = True
+                result.heap_steady = steady_heap()
             sample_loop(take, result, config, stop_rule, deadline, floor, guard)
     return result

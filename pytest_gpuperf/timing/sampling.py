@@ -95,8 +95,9 @@ class TimingResult:
     sample_clocks: list[float] = field(default_factory=list)
     #: CUDA: what the power warm-up found (:class:`pytest_gpuperf.timing.cuda.power_state.PowerState` facts).
     power_state: dict[str, Any] | None = None
-    #: CPU: the heap was shifted between samples (:mod:`pytest_gpuperf.timing.layout`).
+    #: CPU: the heap was shifted between samples, and glibc's thresholds fixed (:mod:`pytest_gpuperf.timing.layout`).
     layout_shifted: bool = False
+    heap_steady: bool = False
 
     @property
     def cycles_samples(self) -> list[float]:
@@ -172,6 +173,7 @@ class TimingResult:
             out["cpu_threads"] = self.cpu_threads
         if self.layout_shifted:
             out["layout_shifted"] = True
+            out["heap_steady"] = self.heap_steady
         for key, value in (self.clocks or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
