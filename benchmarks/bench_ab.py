@@ -132,8 +132,8 @@ def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: 
             metric = next((m for m in test["metrics"] if m["metric"] == "step.throughput"), None)
             row["status"] = metric["status"] if metric else test["status"]
             row["change"] = metric.get("ratio") if metric else None
-    if row["status"] == "error":
-        row["tail"] = tail
+    if row["status"] == "error" or code != 0:
+        row["tail"] = tail  # what failed, also when it was another test of the file than the one observed
     return row
 
 
