@@ -44,3 +44,15 @@ def test_the_cpu_loop_shifts_the_heap_and_says_so_and_can_be_told_not_to() -> No
     assert result.layout_shifted and result.summary()["layout_shifted"] is True
     plain = measure_time(cpu, lambda: x * 2.0, replace(config, shift_layout=False))
     assert not plain.layout_shifted and "layout_shifted" not in plain.summary()
+
+
+def test_the_heap_thresholds_are_fixed_once_per_process_where_glibc_has_mallopt() -> None:
+    import ctypes.util
+    import sys
+
+    from pytest_gpuperf.timing import layout
+
+    first = layout.steady_heap()
+    assert layout.steady_heap() is first  # set once, remembered
+    if sys.platform.startswith("linux") and ctypes.util.find_library("c"):
+        assert first is True
