@@ -107,6 +107,13 @@ OPTIONS: list[OptionSpec] = [
         "summing its kernels through the CUDA profiler (whose start costs seconds)",
     ),
     (
+        "--gpuperf-no-heap-shift",
+        "bool",
+        False,
+        "CPU backend: keep the step's heap layout for the whole process (by default a random spacer shifts it "
+        "between samples and glibc's mmap/trim thresholds are fixed, so a process is not stuck in a slow layout)",
+    ),
+    (
         "--gpuperf-cpu-threads",
         "int",
         1,
@@ -323,6 +330,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
         cupti=not get_option(config, "--gpuperf-no-cupti"),
         power_warmup=get_option(config, "--gpuperf-power-warmup"),
+        shift_layout=not get_option(config, "--gpuperf-no-heap-shift"),
     )
     from pytest_gpuperf.backends.cpu_threads import configure
 

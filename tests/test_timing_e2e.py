@@ -74,8 +74,11 @@ def test_timing_options_reach_the_measuring_config(pytester: pytest.Pytester) ->
     before = cpu_threads.configured()
     try:
         default = resolve_settings(pytester.parseconfig()).measure
-        assert default.cupti is True and default.cpu_threads == 1
-        chosen = resolve_settings(pytester.parseconfig("--gpuperf-no-cupti", "--gpuperf-cpu-threads", "3")).measure
+        assert default.cupti is True and default.cpu_threads == 1 and default.shift_layout is True
+        chosen = resolve_settings(
+            pytester.parseconfig("--gpuperf-no-cupti", "--gpuperf-cpu-threads", "3", "--gpuperf-no-heap-shift")
+        ).measure
         assert chosen.cupti is False and chosen.cpu_threads == 3 and cpu_threads.configured() == 3
+        assert chosen.shift_layout is False
     finally:
         cpu_threads.configure(before)
