@@ -76,33 +76,33 @@ def decide_on_pairs(verdict: AbVerdict) -> str | None:
     worse, tolerance = _worse(verdict), verdict.tolerance
     if tolerance is None or len(worse) < MIN_PAIRS:
         return None
-    mid, need, limit = median(worse), math.ceil(AGREEING_SHARE * len(worse)), 1.0 + tolerance
-    if mid > limit and sum(w > limit for w in worse) >= need:
-        return "regression"
-    if mid < 1.0 / limit and sum(w < 1.0 / limit for w in worse) >= need:
-        return "improvement"
-    if mid <= 1.0 + tolerance / 2.0 and sum(w <= limit for w in worse) >= need:
-        return "unchanged"
-    return None
+    need = math.ceil(AGREEING_SHARE * len(worse))
+    return next((status for status, says, agree, _ in _outcomes(worse, tolerance) if says and agree >= need), None)
+
+
+def _outcomes(worse: list[float], tolerance: float) -> list[tuple[str, bool, int, str]]:
+    """Each outcome of the paired rule: whether the pairs' median says it, how many pairs agree, in words."""
+    limit, mid = 1.0 + tolerance, median(worse)
+    return [
+        ("regression", mid > limit, sum(w > limit for w in worse), "past the tolerance"),
+        ("improvement", mid < 1.0 / limit, sum(w < 1.0 / limit for w in worse), "better beyond it"),
+        ("unchanged", mid <= 1.0 + tolerance / 2.0, sum(w <= limit for w in worse), "within it"),
+    ]
 
 
 def pairs_message(verdict: AbVerdict, status: str) -> str:
-    """What the paired rule saw: the pairs' median B/A and how many of them agree."""
-    worse, limit = _worse(verdict), 1.0 + (verdict.tolerance or 0.0)
-    agree = {
-        "regression": sum(w > limit for w in worse),
-        "improvement": sum(w < 1.0 / limit for w in worse),
-        "unchanged": sum(w <= limit for w in worse),
-    }[status]
-    said = {"regression": "past the tolerance", "improvement": "better beyond it", "unchanged": "within it"}[status]
+    """What the paired rule saw: the pairs' median B/A and how many of them agree with ``status``."""
+    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
+    agree, said = next((agree, said) for name, _, agree, said in _outcomes(worse, tolerance) if name == status)
     return (
         f"round pairs B/A (worse > 1) median {median(worse) - 1.0:+.1%}, {agree} of {len(worse)} {said} "
-        f"(tolerance {verdict.tolerance or 0:.0%}); the best processes alone could not decide"
+        f"(tolerance {tolerance:.0%}); the best processes alone could not decide"
     )
 
 
-def decide_on_cycles(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
-    """Judge each time/throughput verdict on its time and its step's cycles where the sides' SM clocks differ."""
+def decide_by_clocks(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
+    """Each time/throughput verdict of workers whose SM clocks spread: time (or the round pairs) decides while both
+    sides ran alike, time and the step's cycles together where the sides' clocks differ."""
     for verdict in verdicts:
         if verdict.kind not in ("time", "throughput") or verdict.tolerance is None or verdict.status == "info":
             continue

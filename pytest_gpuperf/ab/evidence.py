@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.ab.clocks import decide_on_cycles, pairs_of
+from pytest_gpuperf.ab.clocks import decide_by_clocks, pairs_of
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
 
 
@@ -92,7 +92,7 @@ def judge_evidence(evidence: TestEvidence, final: bool) -> list[AbVerdict]:
             verdicts.append(verdict)
             continue
         verdicts.append(judge_metric(name, a_side, b_side, pairs_of(name, a_metrics, b_metrics), info, final))
-    decide_on_cycles(verdicts, a_metrics, b_metrics, final)
+    decide_by_clocks(verdicts, a_metrics, b_metrics, final)
     return verdicts
 
 

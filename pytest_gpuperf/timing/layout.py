@@ -19,6 +19,7 @@ against 652-698% and 422-488% unshifted. The spacer is made outside the timed ca
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 
@@ -38,11 +39,8 @@ def shifted(take: Callable[[], float], seed: int | None = None) -> Callable[[], 
     rng = random.Random(seed)
 
     def take_shifted() -> float:
-        spacer = torch.empty(spacer_bytes(rng), dtype=torch.uint8)
-        try:
-            return take()
-        finally:
-            del spacer
+        spacer = torch.empty(spacer_bytes(rng), dtype=torch.uint8)  # noqa: F841 - held (freed on return)
+        return take()
 
     return take_shifted
 
@@ -53,9 +51,9 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 #: The largest mmap threshold glibc raises by itself (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit), and a trim
 #: threshold above what a step frees between two calls.
 HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 << 20, 512 << 20
-_heap_state: list[bool] = []
 
 
+@functools.cache
 def steady_heap() -> bool:
     """Put glibc's malloc in the state a long-running process reaches by itself; True when it could (once).
 
@@ -66,20 +64,13 @@ def steady_heap() -> bool:
     recording's processes spread 487%. Fixing both thresholds gives every measuring process the heap reuse a
     training loop settles into. A no-op where the C library has no ``mallopt`` (macOS, musl).
     """
-    if _heap_state:
-        return _heap_state[0]
-    ok = False
-    try:
-        import ctypes
-        import ctypes.util
+    import ctypes
+    import ctypes.util
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = getattr(libc, "mallopt", None)
-        if mallopt is not None:
-            ok = bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and bool(
-                mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD)
-            )
+    try:
+        mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "mallopt", None)
     except OSError:
-        ok = False
-    _heap_state.append(ok)
-    return ok
+        return False
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD))
