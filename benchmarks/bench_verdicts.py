@@ -190,9 +190,23 @@ def run_pytest(
             "failed_metrics": [m["metric"] for m in test["metrics"] if m.get("status") == "regression"],
             "sm_clock_mhz": (judged.get("extra") or {}).get("sm_clock_mhz"),
             "cycles_change": (judged.get("extra") or {}).get("cycles_change"),
+            "clock_exponent": (judged.get("extra") or {}).get("clock_exponent"),
+            "clock_exponent_se": (judged.get("extra") or {}).get("clock_exponent_se"),
+            "work_change": (judged.get("extra") or {}).get("work_change"),
             "message": judged.get("message", ""),
         }
     return out
+
+
+def show_recorded(project: Path) -> None:
+    """Each recorded time entry's value and the clock facts the clock rule reads (SM clock, clock exponent)."""
+    import yaml
+
+    for path in sorted((project / "baselines").glob("*.yaml")):
+        for node, metrics in (yaml.safe_load(path.read_text()).get("tests") or {}).items():
+            entry = metrics.get("step.time") or {}
+            facts = {k: entry.get(k) for k in ("value", "sm_clock_mhz", "clock_exponent", "clock_exponent_se")}
+            print(f"  baseline {node.rpartition('[')[2].rstrip(']')}: {facts}", flush=True)
 
 
 def verify(names: list[str], scales: list[float]) -> None:
@@ -288,6 +302,7 @@ def main() -> None:
         record += ["--gpuperf-update", "--gpuperf-backend", opts.device, *opts.pytest_args, "test_bench.py"]
         done = subprocess.run(record, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
         print(f"recorded baselines in {time.perf_counter() - started:.0f} s (rc {done.returncode})", flush=True)
+        show_recorded(project)
         plan: list[tuple[float, int, bool]] = [(1.0, unchanged, False), *[(s, slowed, False) for s in scales]]
         if opts.host_sync:
             plan.append((1.0, slowed, True))
@@ -304,13 +319,13 @@ def main() -> None:
                 for name in names:
                     got = result.get(name, {"status": "missing", "memory": "-", "judged_on": "-", "change": "?"})
                     outcomes[(name, label)][got["status"]] += 1
-                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] in ("cycles", "time+cycles")
+                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] in ("cycles", "time+cycles", "time+clock exponent")
                     outcomes[(name, label)]["memory_failed"] += got["memory"] == "regression"
                     rows.append({"workload": name, "work": label, "run": i, **got})
                     if opts.out:  # as it goes: a run cut short by its time limit keeps what it measured
                         with opts.out.open("a") as fh:
                             fh.write(json.dumps(rows[-1]) + "\n")
-                shown = {n: f"{r['status']} {r['change']} ({r['judged_on']})" for n, r in result.items()}
+                shown = {n: f"{r['status']} {r['change']} ({r['judged_on']}, a={r.get('clock_exponent')}+-{r.get('clock_exponent_se')})" for n, r in result.items()}
                 print(f"  work {label} run {i + 1}/{runs}: {shown}", flush=True)
     print()
     print(

@@ -110,3 +110,29 @@ def min_detectable_change(sigma: float, tolerance: float, processes: int = 1) ->
 def noise_bound(sigma: float, processes: int = 1) -> float:
     """The slowdown unchanged code reaches in 5% of runs (one-sided): a tolerance below it fails by chance."""
     return math.exp(Z_95 * sigma * math.sqrt(1.0 + 1.0 / max(1, processes))) - 1.0
+
+
+#: Fewest (clock, time) pairs a power-law fit is made from.
+FIT_MIN_POINTS = 8
+#: Smallest standard deviation of ``log(clock)`` a fit needs: below it the clock did not move enough to show anything.
+FIT_MIN_LOG_SPREAD = 0.004
+
+
+def power_law_exponent(x: list[float], y: list[float]) -> tuple[float, float] | None:
+    """Least-squares ``a`` with ``y ~ x**-a`` over paired positive samples, and its standard error; or None.
+
+    None with fewer than :data:`FIT_MIN_POINTS` pairs or when ``x`` hardly varies (:data:`FIT_MIN_LOG_SPREAD`):
+    then nothing can be said about how ``y`` follows ``x``.
+    """
+    pairs = [(math.log(a), math.log(b)) for a, b in zip(x, y, strict=False) if a > 0 and b > 0]
+    n = len(pairs)
+    if n < FIT_MIN_POINTS:
+        return None
+    mx = sum(p[0] for p in pairs) / n
+    my = sum(p[1] for p in pairs) / n
+    sxx = sum((p[0] - mx) ** 2 for p in pairs)
+    if math.sqrt(sxx / (n - 1)) < FIT_MIN_LOG_SPREAD:
+        return None
+    slope = sum((p[0] - mx) * (p[1] - my) for p in pairs) / sxx
+    residual = sum((p[1] - my - slope * (p[0] - mx)) ** 2 for p in pairs) / (n - 2)
+    return -slope, math.sqrt(residual / sxx)

@@ -221,6 +221,17 @@ ENTRY_FIELDS: list[EntryField] = [
         "evidence (another memory clock makes a memory-bound step's verdict inconclusive)",
     ),
     EntryField(
+        "clock_exponent",
+        bounded(non_negative_number, "clock_exponent", 10.0),
+        read_by="the clock rule (how far the step's time follows the SM clock)",
+    ),
+    EntryField(
+        "clock_exponent_se",
+        bounded(non_negative_number, "clock_exponent_se", 10.0),
+        larger("clock_exponent_se"),
+        "the clock rule (a wider exponent band excuses more of a moved clock)",
+    ),
+    EntryField(
         "process_spread",
         bounded(non_negative_number, "process_spread", 10.0),
         larger("process_spread"),

@@ -43,6 +43,8 @@ _FACT_KINDS = ("time", "throughput", "cycles", "host")
 MEASUREMENT_FACTS = (
     "sm_clock_mhz",
     "mem_clock_mhz",
+    "clock_exponent",  # how the step's time followed its SM clock (pytest_gpuperf.judging.clock_rule)
+    "clock_exponent_se",
     "processes",
     "process_spread",
     "min_detectable_change",

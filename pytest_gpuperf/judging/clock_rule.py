@@ -22,8 +22,9 @@ from typing import Any
 from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.results import KIND_CYCLES, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.units import format_change
+from pytest_gpuperf.validate import number_or_none
 
-__all__ = ["AGREED", "CLOCK_CHANGE", "bracket", "follows_sm_clock", "on_cycles"]
+__all__ = ["AGREED", "CLOCK_CHANGE", "bracket", "exponent_band", "follows_sm_clock", "on_cycles"]
 JUDGED = ("regression", "improvement", "unchanged")
 
 
@@ -58,6 +59,66 @@ def bracket(time_status: str, cycles_status: str) -> str | None:
     return "unchanged"
 
 
+#: Standard errors either side of a fitted clock exponent that its band spans (about 95%).
+EXPONENT_BAND_SE = 2.0
+
+
+def exponent_band(metric: Metric, entry: dict[str, Any] | None) -> tuple[float, float] | None:
+    """The exponents ``a`` (``t ~ f**-a``) that the run's and the baseline's own samples allow, within [0, 1].
+
+    Each side fitted its samples' times against the SM clock read around each of them
+    (:attr:`~pytest_gpuperf.timing.sampling.TimingResult.clock_exponent`); the band spans both fits,
+    :data:`EXPONENT_BAND_SE` standard errors either side. None when neither side could fit (its clock hardly
+    moved): then all of [0, 1] is possible and :func:`bracket` judges time against cycles.
+    """
+    lows, highs = [], []
+    for facts in (metric.extra, entry or {}):
+        a, se = number_or_none(facts.get("clock_exponent")), number_or_none(facts.get("clock_exponent_se"))
+        if a is not None and se is not None and se >= 0:
+            lows.append(a - EXPONENT_BAND_SE * se)
+            highs.append(a + EXPONENT_BAND_SE * se)
+    if not lows:
+        return None
+    low, high = min(max(min(lows), 0.0), 1.0), max(min(max(highs), 1.0), 0.0)
+    return low, high
+
+
+def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_mhz: float, where: str) -> Verdict:
+    """The timing verdict judged at both ends of the clock-exponent band: the work changed by between the two."""
+    from pytest_gpuperf.judging.compare import status_of
+
+    metric, tolerance = verdict.metric, verdict.tolerance or 0.0
+    ratio = float(verdict.ratio or 1.0)
+    low_ci, high_ci = verdict.ci or (ratio, ratio)
+    clock = run_mhz / base_mhz if metric.better == "lower" else base_mhz / run_mhz
+    ends = []
+    for a in band:
+        factor = clock**a  # what the moved clock did to this step's time, at this exponent
+        ends.append((ratio * factor, status_of(ratio * factor, low_ci * factor, high_ci * factor, metric.better, tolerance)))
+    (work_low, status_low), (work_high, status_high) = ends
+    changes = sorted((work_low, work_high))
+    evidence = (
+        f"{metric.label()} {format_change(ratio)} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); its time "
+        f"follows the SM clock as f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on each sample's own clock), so its work "
+        f"changed by {format_change(changes[0])}..{format_change(changes[1])}, tolerance {tolerance:.0%}"
+    )
+    metric.extra["judged_on"] = "time+clock exponent"
+    metric.extra["work_change"] = [round(c, 4) for c in changes]
+    status = bracket(status_low, status_high)
+    if status is None:
+        return replace(
+            verdict,
+            status="inconclusive",
+            suspected="regression",
+            doubt="machine",
+            message=(
+                f"{evidence} on {where}: inconclusive, the SM clock moved and that range straddles the tolerance; "
+                "lock the GPU's clocks on this runner or compare with --gpuperf-ab"
+            ),
+        )
+    return replace(verdict, status=status, message=f"{evidence}: {BAND_AGREED[status]} on {where}")
+
+
 def on_cycles(
     verdict: Verdict,
     entry: dict[str, Any] | None,
@@ -76,10 +137,16 @@ def on_cycles(
     metric = verdict.metric
     if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
         return None
-    if cycles is None or not isinstance(cycles_entry, dict) or not clock_changed(metric, entry):
+    if not clock_changed(metric, entry):
         return None
     if not follows_sm_clock(metric.extra.get("bound")) or metric.extra.get("throttled"):
         return None  # memory-bound: time decides; throttled: the machine rule says so
+    band = exponent_band(metric, entry)
+    if band is not None and isinstance(verdict.ratio, (int, float)):
+        run_mhz, base_mhz = clocks(metric, entry) or (1.0, 1.0)
+        return _on_band(verdict, band, run_mhz, base_mhz, where)
+    if cycles is None or not isinstance(cycles_entry, dict):
+        return None
     judged = replace(cycles, judged=True, kind=KIND_CYCLES)
     by_cycles = judge(judged, cycles_entry, verdict.tolerance or 0.0, where)
     if by_cycles.status not in JUDGED or by_cycles.ratio is None:
@@ -108,5 +175,7 @@ def on_cycles(
     return replace(verdict, status=status, message=f"{evidence}: {AGREED[status]} on {where}")
 
 
+#: What the two ends of the exponent band said together, by the status :func:`bracket` gave.
+BAND_AGREED = {"regression": "both ends past it", "improvement": "both ends better beyond it", "unchanged": "neither end past it"}
 #: What time and cycles said together, by the status :func:`bracket` gave.
 AGREED = {"regression": "both past it", "improvement": "both better beyond it", "unchanged": "neither past it"}

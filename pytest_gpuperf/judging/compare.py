@@ -120,7 +120,7 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
     return Verdict(metric, status, baseline=base_value, ratio=ratio, tolerance=tolerance, message=message)
 
 
-def _status(ratio: float, low: float, high: float, better: str, tolerance: float) -> str:
+def status_of(ratio: float, low: float, high: float, better: str, tolerance: float) -> str:
     """regression / improvement / unchanged for one ratio estimate (point past tolerance, CI excludes 1)."""
     worse = _worse_ratio(ratio, better)
     worse_low, worse_high = sorted((_worse_ratio(low, better), _worse_ratio(high, better)))
@@ -147,7 +147,7 @@ def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, wher
     scale = point / estimate.ratio if estimate.ratio > 0 and point not in (0.0, float("inf")) else 1.0
     shown = RatioEstimate(point, estimate.low * scale, estimate.high * scale)
     extra = f", 95% CI {format_change(shown.low)}..{format_change(shown.high)}"
-    status = _status(shown.ratio, shown.low, shown.high, metric.better, tolerance)
+    status = status_of(shown.ratio, shown.low, shown.high, metric.better, tolerance)
     slack = metric.extra.get("abs_slack")
     if isinstance(slack, (int, float)) and status != "unchanged" and abs(float(metric.value) - base_value) <= slack:
         status = "unchanged"  # a change below the metric's absolute slack (host overhead hidden behind the device)

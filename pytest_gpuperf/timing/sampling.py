@@ -107,6 +107,19 @@ class TimingResult:
         return [t * mhz * 1e6 for t, mhz in zip(self.samples, self.sample_clocks, strict=True)]
 
     @property
+    def clock_exponent(self) -> tuple[float, float] | None:
+        """How this step's time followed its own SM clock: ``a`` in ``t ~ f**-a`` and its standard error, or None.
+
+        Fitted over the judged samples and the clock read around each (:func:`~pytest_gpuperf.stats.power_law_exponent`);
+        None when the clock hardly moved or a sample has no clock.
+        """
+        from pytest_gpuperf.stats import power_law_exponent
+
+        if not self.sample_clocks or len(self.sample_clocks) != len(self.samples):
+            return None
+        return power_law_exponent(self.sample_clocks, self.samples)
+
+    @property
     def host_overhead_samples(self) -> list[float]:
         """Eager minus device time per step, sample by sample where both were taken in pairs (never below 0)."""
         if not self.eager_samples:
@@ -177,6 +190,10 @@ class TimingResult:
         for key, value in (self.clocks or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
+        fit = self.clock_exponent
+        if fit is not None:
+            # A time that ran faster at a lower clock is noise, not physics: stored as 0 (its error still says how sure).
+            out["clock_exponent"], out["clock_exponent_se"] = round(max(0.0, fit[0]), 4), round(fit[1], 4)
         for key, value in (self.power_state or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
