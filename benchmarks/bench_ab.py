@@ -120,6 +120,12 @@ def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: 
         if test:
             metric = next((m for m in test["metrics"] if m["metric"] == "step.throughput"), None)
             row["status"] = test["status"]
+            others = [m for m in test["metrics"] if m["metric"] != "step.throughput"]
+            row["doubtful"] = [  # every other metric that did not pass outright: what made the test doubtful
+                {"metric": m["metric"], "status": m["status"], "message": m.get("message", "")}
+                for m in others
+                if m["status"] not in ("unchanged", "info", "new", "recorded", "improvement")
+            ]
             if metric:
                 row.update(change=metric["ratio"], a=metric["a_values"], b=metric["b_values"], pairs=metric["pairs"])
                 row["message"] = metric["message"]

@@ -80,7 +80,7 @@ OPTIONS: list[OptionSpec] = [
         "int",
         0,
         "with --gpuperf-update, record each baseline from N fresh processes and store their spread "
-        "(0: 3 on the CPU backend, 1 on GPUs)",
+        "(0: 3 on the CPU backend and on a GPU that ran the test at its power cap, 1 otherwise)",
         {"minimum": 0},
     ),
     ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),

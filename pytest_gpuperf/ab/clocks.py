@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
 from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
-from pytest_gpuperf.judging.clock_rule import AGREED, bracket
+from pytest_gpuperf.judging.clock_rule import AGREED, band_of, bracket
 from pytest_gpuperf.stats import median
 
 Metrics = list[dict[str, dict[str, Any]]]
@@ -73,11 +73,57 @@ def decide_on_pairs(verdict: AbVerdict) -> str | None:
     it was designed on) decided all 9 unchanged ones unchanged and all 9 +9.9% ones a regression, where the rules
     of those runs had left 9 and 4 of them inconclusive.
     """
-    worse, tolerance = _worse(verdict), verdict.tolerance
+    return paired_status(_worse(verdict), verdict.tolerance)
+
+
+def paired_status(worse: list[float], tolerance: float | None) -> str | None:
+    """The paired rule on round-pair ratios oriented so that > 1 is worse: the outcome the median says when at
+    least :data:`AGREEING_SHARE` of at least :data:`MIN_PAIRS` pairs agree with it, else None."""
     if tolerance is None or len(worse) < MIN_PAIRS:
         return None
     need = math.ceil(AGREEING_SHARE * len(worse))
     return next((status for status, says, agree, _ in _outcomes(worse, tolerance) if says and agree >= need), None)
+
+
+def _extras(name: str, metrics: Metrics) -> list[dict[str, Any]]:
+    """Each process's facts of ``name`` in side-sample positions (the processes that reported it)."""
+    return [dict((m[name] or {}).get("extra") or {}) for m in metrics if name in m]
+
+
+def decide_on_band(verdict: AbVerdict, a_metrics: Metrics, b_metrics: Metrics, final: bool) -> bool:
+    """Sides at different SM clocks: each round pair's B/A weighed by its two processes' clocks over the exponent
+    band the workers' own samples allow (:func:`~pytest_gpuperf.judging.clock_rule.band_of`), judged by the paired
+    rule at both ends of the band. False (nothing decided) when no worker could fit its exponent.
+    """
+    name = verdict.metric
+    a_facts, b_facts = _extras(name, a_metrics), _extras(name, b_metrics)
+    band = band_of([*a_facts, *b_facts])
+    index = pairs_of(name, a_metrics, b_metrics)
+    if band is None or len(index) != len(verdict.pairs):
+        return False
+    worse = _worse(verdict)
+    clock_ratios = []
+    for i, j in index:
+        fa, fb = a_facts[i].get("sm_clock_mhz"), b_facts[j].get("sm_clock_mhz")
+        ok = isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa > 0 and fb > 0
+        clock_ratios.append(float(fb) / float(fa) if ok else 1.0)  # type: ignore[arg-type]
+    ends = []
+    for a in band:  # B's work per A's: its time, times what its own clock did to it at this exponent
+        weighed = [w * r**a for w, r in zip(worse, clock_ratios, strict=True)]
+        ends.append((median(weighed) if weighed else 1.0, paired_status(weighed, verdict.tolerance)))
+    (low, s_low), (high, s_high) = ends
+    combined = bracket(s_low, s_high) if s_low and s_high else None
+    status = combined or ("inconclusive" if final else "undecided")
+    what = AGREED.get(status, "they straddle the tolerance" if status != "undecided" else "undecided yet")
+    changes = sorted((low, high))
+    verdict.status, verdict.decided = status, status != "undecided"
+    verdict.message = (
+        f"the sides ran at different SM clocks (median A {median(_clocks(name, a_metrics)):.0f}, "
+        f"B {median(_clocks(name, b_metrics)):.0f} MHz): round pairs B/A (worse > 1) with each pair's clocks "
+        f"weighed by f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on the workers' own samples) median "
+        f"{changes[0] - 1.0:+.1%}..{changes[1] - 1.0:+.1%}, tolerance {verdict.tolerance or 0:.0%}: {what}"
+    )
+    return True
 
 
 def _outcomes(worse: list[float], tolerance: float) -> list[tuple[str, bool, int, str]]:
@@ -122,6 +168,8 @@ def decide_by_clocks(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: M
             ).lstrip("; ")
             continue
         if not follows_sm_clock(_bound(step, b_metrics)):
+            continue
+        if decide_on_band(verdict, a_metrics, b_metrics, final):
             continue
         a_side = [SideSample(m[cycles]["value"], list(m[cycles].get("sample_values") or [])) for m in a_metrics
                   if cycles in m]  # fmt: skip

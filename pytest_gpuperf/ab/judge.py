@@ -111,6 +111,8 @@ def judge_numeric(
     final: bool,
 ) -> tuple[str, float, float, list[float], str]:
     """(status, worse ratio R, uncertainty u, paired ratios, message) for a numeric metric."""
+    if any(float(s.value) == 0.0 for s in [*a_side, *b_side]):
+        return _judge_counts(a_side, b_side, better, tolerance, kind)
     a_costs = [_cost(float(s.value), better) for s in a_side]
     b_costs = [_cost(float(s.value), better) for s in b_side]
     best_a = min(range(len(a_costs)), key=a_costs.__getitem__)
@@ -146,6 +148,30 @@ def judge_numeric(
             "(--gpuperf-ab-max-processes) could decide it"
         )
     return status, worse, uncertainty, paired, why
+
+
+def _judge_counts(
+    a_side: list[SideSample], b_side: list[SideSample], better: str, tolerance: float, kind: str
+) -> tuple[str, float, float, list[float], str]:
+    """A metric that reads 0 somewhere (host syncs per step, a count): the sides' medians compared as they are.
+
+    Ratios of zeros say nothing (0 / 0), and a count is exact, not noisy: the same median on both sides is
+    unchanged, B's median past A's by more than the tolerance (or from 0) a regression.
+    """
+    a_mid, b_mid = _median([s.value for s in a_side]), _median([s.value for s in b_side])
+    if a_mid == b_mid or (kind == "memory" and abs(b_mid - a_mid) <= MEMORY_SLACK_BYTES):
+        return "unchanged", 1.0, 0.0, [], f"same on both sides ({_show_count(a_mid)})"
+    worse_b = b_mid > a_mid if better == "lower" else b_mid < a_mid
+    low, high = sorted((a_mid, b_mid))
+    ratio = math.inf if low == 0 else high / low
+    says = f"A {_show_count(a_mid)}, B {_show_count(b_mid)} (medians of the processes)"
+    if ratio - 1.0 <= tolerance:
+        return "unchanged", 1.0, 0.0, [], says
+    return ("regression", ratio, 0.0, [], says) if worse_b else ("improvement", 1.0 / ratio, 0.0, [], says)
+
+
+def _show_count(value: float) -> str:
+    return f"{value:g}"
 
 
 def _median(values: list[float | str]) -> float:

@@ -24,7 +24,7 @@ from pytest_gpuperf.results import KIND_CYCLES, KIND_THROUGHPUT, KIND_TIME, Metr
 from pytest_gpuperf.units import format_change
 from pytest_gpuperf.validate import number_or_none
 
-__all__ = ["AGREED", "CLOCK_CHANGE", "bracket", "exponent_band", "follows_sm_clock", "on_cycles"]
+__all__ = ["AGREED", "CLOCK_CHANGE", "band_of", "bracket", "exponent_band", "follows_sm_clock", "on_cycles"]
 JUDGED = ("regression", "improvement", "unchanged")
 
 
@@ -71,16 +71,21 @@ def exponent_band(metric: Metric, entry: dict[str, Any] | None) -> tuple[float, 
     :data:`EXPONENT_BAND_SE` standard errors either side. None when neither side could fit (its clock hardly
     moved): then all of [0, 1] is possible and :func:`bracket` judges time against cycles.
     """
+    return band_of([metric.extra, entry or {}])
+
+
+def band_of(sides: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The hull of each fit's ``clock_exponent`` +- :data:`EXPONENT_BAND_SE` standard errors, within [0, 1]; None
+    when no side has a fit."""
     lows, highs = [], []
-    for facts in (metric.extra, entry or {}):
+    for facts in sides:
         a, se = number_or_none(facts.get("clock_exponent")), number_or_none(facts.get("clock_exponent_se"))
         if a is not None and se is not None and se >= 0:
             lows.append(a - EXPONENT_BAND_SE * se)
             highs.append(a + EXPONENT_BAND_SE * se)
     if not lows:
         return None
-    low, high = min(max(min(lows), 0.0), 1.0), max(min(max(highs), 1.0), 0.0)
-    return low, high
+    return min(max(min(lows), 0.0), 1.0), max(min(max(highs), 1.0), 0.0)
 
 
 def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_mhz: float, where: str) -> Verdict:

@@ -23,14 +23,17 @@ from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, process_spread
 from pytest_gpuperf.units import format_change
 
-#: Default processes per baseline under ``--gpuperf-update`` (``--gpuperf-processes 0``): host CPUs vary per process.
+#: Default processes per baseline under ``--gpuperf-update`` (``--gpuperf-processes 0``): host CPUs vary per process,
+#: and so does a power-capped GPU (its SM clock under the cap depends on its temperature: a GEMM's time read 1-4%
+#: apart in fresh processes on the H200), so a baseline from one process can sit at either end of that range.
 CPU_PROCESSES = 3
 DEVICE_PROCESSES = 1
 
 
-def default_processes(host_cpu: bool) -> int:
-    """Processes a baseline is recorded from when the user did not say: 3 on a host CPU, 1 on a GPU."""
-    return CPU_PROCESSES if host_cpu else DEVICE_PROCESSES
+def default_processes(host_cpu: bool, power_capped: bool = False) -> int:
+    """Processes a baseline is recorded from when the user did not say: 3 on a host CPU or a GPU that ran the step at
+    its power cap, else 1."""
+    return CPU_PROCESSES if host_cpu or power_capped else DEVICE_PROCESSES
 
 
 def is_timing(metric: Metric) -> bool:
@@ -136,7 +139,8 @@ FreshRuns = Callable[[int], tuple[list[dict[str, Metric]], str]]
 def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
     """After a test's first measurement: record it from more processes, or confirm a suspected regression.
 
-    Under ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU), the
+    Under ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU or a GPU at
+    its power cap), the
     spread between them stored; otherwise a suspected time/throughput regression is measured once more, and a
     run that disagrees makes the verdict inconclusive (:func:`reconcile`). Returns a warning when fewer
     processes than asked finished the test, else None. ``fresh`` runs the test again (a replica process, or
@@ -146,7 +150,8 @@ def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fr
     if context is None:
         return None
     if judging.settings.update:
-        wanted = getattr(judging.settings, "processes", 0) or default_processes(context.backend.is_host_cpu())
+        capped = any(v.metric.extra.get("power_capped") for v in judging.verdicts.get(node_id, []))
+        wanted = getattr(judging.settings, "processes", 0) or default_processes(context.backend.is_host_cpu(), capped)
         if wanted <= 1:
             return None
         runs, note = fresh(wanted - 1)
