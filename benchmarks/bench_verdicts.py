@@ -319,13 +319,21 @@ def main() -> None:
                 for name in names:
                     got = result.get(name, {"status": "missing", "memory": "-", "judged_on": "-", "change": "?"})
                     outcomes[(name, label)][got["status"]] += 1
-                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] in ("cycles", "time+cycles", "time+clock exponent")
+                    outcomes[(name, label)]["by_cycles"] += got["judged_on"] in (
+                        "cycles",
+                        "time+cycles",
+                        "time+clock exponent",
+                    )
                     outcomes[(name, label)]["memory_failed"] += got["memory"] == "regression"
                     rows.append({"workload": name, "work": label, "run": i, **got})
                     if opts.out:  # as it goes: a run cut short by its time limit keeps what it measured
                         with opts.out.open("a") as fh:
                             fh.write(json.dumps(rows[-1]) + "\n")
-                shown = {n: f"{r['status']} {r['change']} ({r['judged_on']}, a={r.get('clock_exponent')}+-{r.get('clock_exponent_se')})" for n, r in result.items()}
+                shown = {
+                    n: f"{r['status']} {r['change']} ({r['judged_on']}, "
+                    f"a={r.get('clock_exponent')}+-{r.get('clock_exponent_se')})"
+                    for n, r in result.items()
+                }
                 print(f"  work {label} run {i + 1}/{runs}: {shown}", flush=True)
     print()
     print(

@@ -13,7 +13,7 @@ import pytest
 from pytest_gpuperf.ab import gitref
 from pytest_gpuperf.ab.evidence import TestEvidence, judge_evidence
 from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath
-from pytest_gpuperf.ab.judge import SideSample, judge_metric
+from pytest_gpuperf.ab.judge import SideSample, judge_metric, judge_numeric
 from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
 from pytest_gpuperf.ab.runner import child_env, side_scope
 from pytest_gpuperf.results import worst_status as worst
@@ -564,3 +564,40 @@ def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(
     unused.stop()
     assert unused.proc.returncode == 0 and not unused.out.exists()  # stopped before running: no results
     assert "A/B worker not needed" in unused.output()
+
+
+def test_a_count_that_reads_zero_on_both_sides_is_unchanged_and_a_new_one_fails() -> None:
+    # Host syncs per step read 0 in every worker of an unchanged GEMM on the H200: judged as ratios, 0 / 0 made
+    # every unchanged CUDA A/B run inconclusive.
+    zeros = [SideSample(0.0) for _ in range(4)]
+    status, *_rest, message = judge_numeric(zeros, zeros, [(i, i) for i in range(4)], "lower", 0.0, "custom", True)
+    assert status == "unchanged" and "same on both sides" in message
+    ones = [SideSample(1.0) for _ in range(4)]
+    status, *_rest, message = judge_numeric(zeros, ones, [(i, i) for i in range(4)], "lower", 0.0, "custom", True)
+    assert status == "regression" and "A 0, B 1" in message
+
+
+def _fitted(time: float, clock: float, fit: tuple[float, float]) -> dict:
+    process = _clocked(time, clock)
+    process["payload"]["verdicts"][0]["extra"].update(clock_exponent=fit[0], clock_exponent_se=fit[1])
+    return process
+
+
+def test_sides_at_different_clocks_are_judged_by_the_pairs_over_the_workers_exponent_band() -> None:
+    # A GEMM whose time follows the clock as f**-0.3: B's workers ran 6% faster clocks than A's.
+    fit = (0.3, 0.05)
+    a_clocks, b_clocks = [1480, 1490, 1485, 1495], [1575, 1580, 1570, 1585]
+
+    def time_at(clock: float, work: float) -> float:
+        return 2.0e-4 * work * (clock / 1500.0) ** -0.3
+
+    unchanged = TestEvidence("t.py::gemm")
+    unchanged.a = [_fitted(time_at(f, 1.0), f, fit) for f in a_clocks]
+    unchanged.b = [_fitted(time_at(f, 1.0), f, fit) for f in b_clocks]
+    verdict = judge_evidence(unchanged, final=True)[0]
+    assert verdict.status == "unchanged" and "f^-0.20..f^-0.40" in verdict.message, verdict.message
+    slower = TestEvidence("t.py::gemm")  # +8% of the work, partly hidden by B's faster clocks (time reads +6%)
+    slower.a = [_fitted(time_at(f, 1.0), f, fit) for f in a_clocks]
+    slower.b = [_fitted(time_at(f, 1.08), f, fit) for f in b_clocks]
+    verdict = judge_evidence(slower, final=True)[0]
+    assert verdict.status == "regression" and "both past it" in verdict.message, verdict.message

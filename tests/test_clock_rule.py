@@ -204,3 +204,63 @@ def test_a_new_host_sync_per_step_fails_exactly_on_the_sync_count(tmp_path: Path
     assert "host syncs 1 > baseline 0 (from 0" in verdict.message and "host overhead" in verdict.message
     [same] = _judge(tmp_path, host_sync_metrics("step", 0), base)
     assert same.status == "unchanged"
+
+
+# -- the clock-exponent band: how far a step's own time followed its own SM clock ----------------------------------
+def test_the_power_law_fit_recovers_the_exponent_and_refuses_a_clock_that_did_not_move() -> None:
+    from pytest_gpuperf.stats import power_law_exponent
+
+    clocks = [1400.0 + 20.0 * (i % 10) for i in range(40)]
+    jitter = [1.0 + 0.002 * ((i * 7) % 5 - 2) for i in range(40)]  # deterministic, +-0.4%
+    times = [2e-4 * (f / 1500.0) ** -0.3 * j for f, j in zip(clocks, jitter, strict=True)]
+    a, se = power_law_exponent(clocks, times) or (0.0, 1.0)
+    assert abs(a - 0.3) < 3 * se and se < 0.05
+    assert power_law_exponent([1500.0] * 40, times) is None  # one clock: nothing to fit
+    assert power_law_exponent(clocks[:5], times[:5]) is None  # too few samples
+
+
+def test_a_timing_record_writes_its_own_clock_exponent_into_its_facts() -> None:
+    from pytest_gpuperf.timing.sampling import TimingResult
+
+    clocks = [1380.0 + 15.0 * (i % 12) for i in range(36)]
+    result = TimingResult(samples=[2e-4 * (f / 1500.0) ** -0.5 for f in clocks])
+    result.sample_clocks = clocks
+    facts = result.summary()
+    assert facts["clock_exponent"] == pytest.approx(0.5, abs=1e-3) and facts["clock_exponent_se"] < 1e-3
+    result.samples = [2e-4 * (f / 1500.0) ** 0.2 for f in clocks]  # faster at a lower clock: noise, stored as 0
+    assert result.summary()["clock_exponent"] == 0.0
+
+
+def _gemm_run(time_ratio: float, clock: float, fit: tuple[float, float]) -> Metric:
+    """A GEMM's time metric ``time_ratio`` x the baseline's, read at ``clock`` MHz, with its own exponent fit."""
+    times = [t * time_ratio for t in samples(2.0e-4, 7)]
+    return time_metric(times, sm_clock_mhz=clock, clock_exponent=fit[0], clock_exponent_se=fit[1])
+
+
+def _gemm_baseline(clock: float, fit: tuple[float, float]) -> dict[str, dict[str, Any]]:
+    base = entry(samples(2.0e-4, 1), sm_clock_mhz=clock, clock_exponent=fit[0], clock_exponent_se=fit[1])
+    return {"step.time": base}
+
+
+# Both cases are H200 runs (gpu/r4_call4.sh) that the time+cycles bracket left inconclusive: the GEMM's time follows
+# the NVML clock as f**-0.2..0.4, cycles assume f**-1.
+def test_a_slowdown_read_at_a_much_higher_clock_fails_over_the_exponent_band(tmp_path: Path) -> None:
+    # +9.4% of the work read as time +3.8% at 1650 MHz against a baseline at 1410 MHz: the band [0.15, 0.56] of the
+    # two fits puts the work at +6.3%..+13%.
+    run = _gemm_run(1.038, 1650, (0.29, 0.07))
+    verdict = _judge(tmp_path, [run], _gemm_baseline(1410, (0.39, 0.087)))[0]
+    assert verdict.status == "regression", verdict.message
+    assert "f^-0.15..f^-0.56" in verdict.message and "both ends past it" in verdict.message
+    assert run.extra["judged_on"] == "time+clock exponent" and run.extra["work_change"][0] > 1.05
+
+
+def test_unchanged_work_at_a_higher_clock_passes_over_the_exponent_band(tmp_path: Path) -> None:
+    run = _gemm_run(0.999, 1530, (0.25, 0.10))  # time -0.1% at 1530 MHz against 1410: cycles said +8%
+    verdict = _judge(tmp_path, [run], _gemm_baseline(1410, (0.39, 0.087)))[0]
+    assert verdict.status == "unchanged" and "neither end past it" in verdict.message, verdict.message
+
+
+def test_a_fit_too_loose_to_narrow_the_band_leaves_a_straddle_inconclusive(tmp_path: Path) -> None:
+    run = _gemm_run(1.038, 1650, (0.5, 0.4))  # band [0, 1]: the work changed by +3.8%..+21%
+    verdict = _judge(tmp_path, [run], _gemm_baseline(1410, (0.4, 0.3)))[0]
+    assert verdict.status == "inconclusive" and verdict.doubt == "machine" and "straddles" in verdict.message

@@ -99,13 +99,15 @@ def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_m
     ends = []
     for a in band:
         factor = clock**a  # what the moved clock did to this step's time, at this exponent
-        ends.append((ratio * factor, status_of(ratio * factor, low_ci * factor, high_ci * factor, metric.better, tolerance)))
+        ends.append(
+            (ratio * factor, status_of(ratio * factor, low_ci * factor, high_ci * factor, metric.better, tolerance))
+        )
     (work_low, status_low), (work_high, status_high) = ends
     changes = sorted((work_low, work_high))
     evidence = (
-        f"{metric.label()} {format_change(ratio)} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); its time "
-        f"follows the SM clock as f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on each sample's own clock), so its work "
-        f"changed by {format_change(changes[0])}..{format_change(changes[1])}, tolerance {tolerance:.0%}"
+        f"{metric.label()} {format_change(ratio)} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); "
+        f"its time follows the SM clock as f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on each sample's own clock), "
+        f"so its work changed by {format_change(changes[0])}..{format_change(changes[1])}, tolerance {tolerance:.0%}"
     )
     metric.extra["judged_on"] = "time+clock exponent"
     metric.extra["work_change"] = [round(c, 4) for c in changes]
@@ -181,6 +183,10 @@ def on_cycles(
 
 
 #: What the two ends of the exponent band said together, by the status :func:`bracket` gave.
-BAND_AGREED = {"regression": "both ends past it", "improvement": "both ends better beyond it", "unchanged": "neither end past it"}
+BAND_AGREED = {
+    "regression": "both ends past it",
+    "improvement": "both ends better beyond it",
+    "unchanged": "neither end past it",
+}
 #: What time and cycles said together, by the status :func:`bracket` gave.
 AGREED = {"regression": "both past it", "improvement": "both better beyond it", "unchanged": "neither past it"}

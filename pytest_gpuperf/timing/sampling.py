@@ -110,8 +110,8 @@ class TimingResult:
     def clock_exponent(self) -> tuple[float, float] | None:
         """How this step's time followed its own SM clock: ``a`` in ``t ~ f**-a`` and its standard error, or None.
 
-        Fitted over the judged samples and the clock read around each (:func:`~pytest_gpuperf.stats.power_law_exponent`);
-        None when the clock hardly moved or a sample has no clock.
+        Fitted over the judged samples and the clock read around each
+        (:func:`~pytest_gpuperf.stats.power_law_exponent`); None when the clock hardly moved or a sample has no clock.
         """
         from pytest_gpuperf.stats import power_law_exponent
 
@@ -192,7 +192,7 @@ class TimingResult:
                 out[key] = value
         fit = self.clock_exponent
         if fit is not None:
-            # A time that ran faster at a lower clock is noise, not physics: stored as 0 (its error still says how sure).
+            # Faster at a lower clock is noise, not physics: stored as 0 (its error still says how sure).
             out["clock_exponent"], out["clock_exponent_se"] = round(max(0.0, fit[0]), 4), round(fit[1], 4)
         for key, value in (self.power_state or {}).items():
             if isinstance(value, (int, float, str, bool)):
