@@ -6,9 +6,10 @@ process noise that both sides share, and the A/B judge already weighs it (the sp
 processes, the paired ratios): time decides. Judging cycles there (device time x SM clock, which over-corrects:
 the H200's GEMM time follows the NVML clock only as ``f**-0.3``) made 4 of 4 unchanged runs inconclusive.
 Only when the two sides' median clocks differ by more than
-:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE` (the sides ran in different GPU states) is a timing
-metric judged on its time and on its step's cycles per step with the same rule and tolerance, and
-:func:`~pytest_gpuperf.judging.clock_rule.bracket` combines them, unless the step is memory-bound.
+:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE` (the sides ran in different GPU states) is each round
+pair's B/A weighed by its two workers' clocks over the exponent band the workers' own samples allow
+(:func:`decide_on_band`), and the paired rule judges both ends; without any fit, time and cycles per step are
+bracketed (:func:`~pytest_gpuperf.judging.clock_rule.bracket`). A memory-bound step keeps its time verdict.
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
-"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it ran at.
+"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at.
 
 A power-capped GPU (the H200 at 700 W under a large GEMM) runs at an SM clock that depends on its
 temperature and on how long it idled before: 1410-1935 MHz were read across pytest processes for the
-same step. A compute-bound step's time follows that clock, its *cycles per step* (device time x SM clock,
-read by NVML right before and after every timed sample) much less. But a step's time follows the clock
-only partly (``t ~ f**-a``, ``0 <= a <= 1``): a bf16 GEMM of 4096 x 4096 x 4096 on the H200 read cycles up to
-+6% off on unchanged code at another clock. So when the run's SM clock differs from the baseline's by more
-than :data:`CLOCK_CHANGE`, time and cycles are both judged at the same tolerance and :func:`bracket` combines
-them: the change of the work lies between the two. A memory-bound step follows the memory clock instead (fixed
-on the H200: 3201 MHz in every reading): its time is judged as it is, and a changed memory clock is the
-machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
+same step. A step's time follows that clock only partly, ``t ~ f**-a`` with ``0 <= a <= 1`` (a bf16 GEMM
+read a = 0.2-0.5 on the H200, flash attention 0.3-0.5), and ``a`` is a property of the step. So each
+measurement fits ``a`` over its own samples and the SM clock read right before and after each of them
+(``clock_exponent`` +- ``clock_exponent_se``, stored with the baseline). When the run's clock differs from the
+baseline's by more than :data:`CLOCK_CHANGE`, the time change is read at both ends of the band both fits allow
+(:func:`exponent_band`): the change of the work lies between the two, and :func:`bracket` combines them. With no
+fit on either side the band is all of [0, 1]: time (a = 0) against cycles per step (a = 1). A memory-bound step
+follows the memory clock instead (fixed on the H200: 3201 MHz in every reading): its time is judged as it is,
+and a changed memory clock is the machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
 
-Nothing is rescaled: both numbers are measured, each from the same samples.
+Nothing is rescaled by another workload: the only clock used is each sample's own.
 """
 
 from __future__ import annotations
