@@ -232,3 +232,25 @@ def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
     moved = pytester.runpytest(*args, "--gpuperf-no-confirm")
     moved.assert_outcomes(passed=1)
     moved.stdout.fnmatch_lines(["*inconclusive (this machine's calibration*"])
+
+
+def test_the_band_never_exceeds_the_metrics_tolerance() -> None:
+    # A machine judged (within the band) whose steps followed its speed stays within the tolerance: never failed.
+    assert band(0.15, 0.15, tolerance=0.25) == pytest.approx(0.25)
+    assert band(0.02, 0.02, tolerance=0.25) == pytest.approx(0.14)
+    base = calibrated(26.0 * US) | {"calibration_spread": 0.15}
+    run = calibrated(26.0 * US * 1.3) | {"calibration_spread": 0.15}  # 1.3x: inside 10% + 15% + 15%, past 25%
+    assert machine_change(run, base) is None and machine_change(run, base, tolerance=0.25) is not None
+
+
+def test_a_recording_stores_how_far_the_calibration_moved_between_its_processes() -> None:
+    from pytest_gpuperf.judging.replication import combine
+
+    def process(value: float, cal_us: float) -> Metric:
+        return time_metric([value] * 5, calibration=cal_us * US, calibration_spread=0.02)
+
+    main = process(1.0, 44.0)
+    combined = combine(main, [process(1.01, 50.6), process(0.99, 45.0)], 0.25)
+    assert combined.extra["calibration_spread"] == pytest.approx(50.6 / 44.0 - 1.0, abs=1e-3)  # 15%, not 2%
+    steady = combine(main, [process(1.01, 44.2), process(0.99, 44.1)], 0.25)
+    assert steady.extra["calibration_spread"] == 0.02  # the processes agreed: the chosen one's own spread

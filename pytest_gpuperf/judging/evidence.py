@@ -69,7 +69,8 @@ class Evidence:
 
 def clock_rule(evidence: Evidence) -> Doubt | None:
     """The machine state differed from the baseline's (clocks, throttling): :func:`machine_reason`."""
-    reason = machine_reason(evidence.verdict.metric.extra, evidence.entry, evidence.clock_decided)
+    verdict = evidence.verdict
+    reason = machine_reason(verdict.metric.extra, evidence.entry, evidence.clock_decided, verdict.tolerance)
     return (MACHINE, reason) if reason else None
 
 
@@ -156,7 +157,9 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
     return None
 
 
-def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_decided: bool = False) -> str | None:
+def machine_reason(
+    extra: dict[str, Any], entry: dict[str, Any] | None, clock_decided: bool = False, tolerance: float | None = None
+) -> str | None:
     """A machine state the evidence cannot judge across (the host CPU's calibration, NVML readings), or None.
 
     A host CPU whose calibration differs from the baseline's is another machine (or another speed state of it):
@@ -167,7 +170,7 @@ def machine_reason(extra: dict[str, Any], entry: dict[str, Any] | None, clock_de
     """
     from pytest_gpuperf.judging.machine_rule import machine_change
 
-    calibrated = machine_change(extra, entry)
+    calibrated = machine_change(extra, entry, tolerance)
     if calibrated:
         return calibrated
     if extra.get("throttled"):

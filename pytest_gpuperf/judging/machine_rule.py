@@ -21,16 +21,22 @@ MACHINE_FLOOR = 0.10
 SPREAD_CAP = 0.15
 
 
-def band(base_spread: float, run_spread: float) -> float:
-    """The relative difference two calibrations may show on the same machine."""
-    return MACHINE_FLOOR + min(SPREAD_CAP, max(0.0, base_spread)) + min(SPREAD_CAP, max(0.0, run_spread))
+def band(base_spread: float, run_spread: float, tolerance: float | None = None) -> float:
+    """The relative difference two calibrations may show on the same machine.
+
+    :data:`MACHINE_FLOOR` plus both spreads (each capped at :data:`SPREAD_CAP`), and never more than the metric's
+    ``tolerance``: a machine slower by less than the band is judged, and a time that followed it stays within
+    the tolerance, so no machine is failed for its own speed.
+    """
+    allowed = MACHINE_FLOOR + min(SPREAD_CAP, max(0.0, base_spread)) + min(SPREAD_CAP, max(0.0, run_spread))
+    return min(allowed, tolerance) if tolerance is not None and tolerance > 0 else allowed
 
 
-def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | None:
+def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None, tolerance: float | None = None) -> str | None:
     """Why this run's machine is not the one that recorded ``entry`` (their calibrations differ), or None.
 
     None also when either side carries no calibration (a GPU timing, a baseline recorded before
-    calibrations were stored: see :func:`missing_note`).
+    calibrations were stored: see :func:`missing_note`). ``tolerance`` (the metric's) caps the band (:func:`band`).
     """
     run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
     if not run or not base or run <= 0 or base <= 0:
@@ -38,6 +44,7 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None) -> str |
     allowed = band(
         number_or_none((entry or {}).get("calibration_spread")) or 0.0,
         number_or_none(extra.get("calibration_spread")) or 0.0,
+        tolerance,
     )
     ratio = run / base
     if 1.0 / (1.0 + allowed) <= ratio <= 1.0 + allowed:

@@ -62,7 +62,20 @@ def combine(main: Metric, others: list[Metric], tolerance: float) -> Metric:
     precision = chosen.extra.get("precision")
     facts = noise_facts(values, float(precision) if isinstance(precision, (int, float)) else 0.0, tolerance)
     extra = {**chosen.extra, **facts, "process_values": ",".join(f"{v:.6g}" for v in values)}
+    between = calibration_spread(every)
+    if between is not None:  # the same machine's calibration moved this much between the recording's processes
+        extra["calibration_spread"] = round(max(between, float(chosen.extra.get("calibration_spread") or 0.0)), 3)
     return replace(chosen, samples=list(chosen.samples), judged=main.judged, tolerance=main.tolerance, extra=extra)
+
+
+def calibration_spread(metrics: list[Metric]) -> float | None:
+    """How far the host calibration moved between the processes of one recording (``max / min - 1``), or None.
+
+    On this project's 2-core VMs it moved 1-19% between fresh processes of one machine (the VM's speed states), so
+    a recording that saw it move stores that as the band a later run on the same machine may show.
+    """
+    values = [float(v) for m in metrics if isinstance(v := m.extra.get("calibration"), (int, float)) and v > 0]
+    return process_spread(values) if len(values) >= 2 else None
 
 
 def tolerance_warning(metric: Metric, node_id: str = "") -> str | None:

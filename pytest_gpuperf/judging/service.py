@@ -223,7 +223,8 @@ class Judging:
             from pytest_gpuperf.judging.evidence import MACHINE, inconclusive
             from pytest_gpuperf.judging.machine_rule import machine_change
 
-            elsewhere = machine_change(metric.extra, entries.get(metric.name))  # the fresh process's own calibration
+            # The fresh process's own calibration:
+            elsewhere = machine_change(metric.extra, entries.get(metric.name), tolerance or None)
             if elsewhere and again_verdict.status == verdict.status:
                 out.append(inconclusive(verdict, f"{where} agreed, but there {elsewhere}", MACHINE))
                 continue
