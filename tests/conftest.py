@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 
+import numpy  # noqa: F401 - imported here: pytester unloads modules an in-process inner run imported first
 import pytest
 
 from tests.inner_runs import ForkServer, forked_runpytest

@@ -254,3 +254,44 @@ def test_a_recording_stores_how_far_the_calibration_moved_between_its_processes(
     assert combined.extra["calibration_spread"] == pytest.approx(50.6 / 44.0 - 1.0, abs=1e-3)  # 15%, not 2%
     steady = combine(main, [process(1.01, 44.2), process(0.99, 44.1)], 0.25)
     assert steady.extra["calibration_spread"] == 0.02  # the processes agreed: the chosen one's own spread
+
+
+def _process(value: float, cal_us: float) -> dict[str, Metric]:
+    metric = time_metric([value] * 5, calibration=cal_us * US, calibration_spread=0.01)
+    metric.tolerance = 0.25
+    return {"step.time": metric}
+
+
+def test_a_recording_replaces_a_process_that_ran_in_another_speed_state_of_the_host() -> None:
+    from pytest_gpuperf.judging.replication import same_state
+
+    asked: list[int] = []
+
+    def fresh(n: int) -> tuple[list[dict[str, Metric]], str]:
+        asked.append(n)
+        return [_process(1.0, 44.5) for _ in range(n)], ""
+
+    main = list(_process(1.0, 44.0).values())
+    slow_state = [_process(1.0, 44.2), _process(1.6, 70.0)]  # one replica in the VM's 1.6x slower state
+    runs, main_off, replaced = same_state(main, slow_state, fresh)
+    assert (asked, main_off, replaced) == ([1], False, 1)
+    assert sorted(r["step.time"].extra["calibration"] for r in runs) == [44.2 * US, 44.5 * US]
+    asked.clear()  # this process itself was the odd one: left out, one more fresh process in its place
+    runs, main_off, replaced = same_state(
+        list(_process(1.6, 70.0).values()), [_process(1.0, 44.2), _process(1.0, 44.4)], fresh
+    )
+    assert (asked, main_off, replaced, len(runs)) == ([1], True, 1, 3)
+
+
+def test_a_recording_keeps_its_processes_when_they_agree_or_the_replacements_run_out() -> None:
+    from pytest_gpuperf.judging.replication import same_state
+
+    def slow(n: int) -> tuple[list[dict[str, Metric]], str]:
+        return [_process(1.6, 70.0) for _ in range(n)], ""  # every new process lands in the other state too
+
+    main = list(_process(1.0, 44.0).values())
+    agreeing = [_process(1.0, 44.3), _process(1.0, 45.0)]
+    assert same_state(main, agreeing, slow) == (agreeing, False, 0)
+    runs, _off, replaced = same_state(main, [_process(1.0, 44.2), _process(1.6, 70.0)], slow)
+    assert replaced <= 2 and len(runs) == 2  # at most MAX_REPLACED, then the spread records both states
+    assert same_state([], agreeing, slow) == (agreeing, False, 0)  # no calibration (a GPU): nothing to compare

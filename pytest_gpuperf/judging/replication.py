@@ -53,9 +53,14 @@ def noise_facts(values: list[float], precision: float, tolerance: float) -> dict
     }
 
 
-def combine(main: Metric, others: list[Metric], tolerance: float) -> Metric:
-    """The metric a baseline stores from several processes: the median process's numbers plus the noise facts."""
-    every = [main, *[m for m in others if is_timing(m)]]
+def combine(main: Metric, others: list[Metric], tolerance: float, include_main: bool = True) -> Metric:
+    """The metric a baseline stores from several processes: the median process's numbers plus the noise facts.
+
+    ``include_main`` False leaves this process's own measurement out (it ran in another speed state of the host,
+    :func:`same_state`); the stored metric then comes from the others alone.
+    """
+    timed = [m for m in others if is_timing(m)]
+    every = [main, *timed] if include_main or not timed else timed
     ordered = sorted(every, key=lambda m: float(m.value))
     chosen = ordered[(len(ordered) - 1) // 2]
     values = [float(m.value) for m in every]
@@ -149,15 +154,69 @@ def can_replicate(item: Any) -> bool:
 FreshRuns = Callable[[int], tuple[list[dict[str, Metric]], str]]
 
 
+#: Fresh processes one recording may start to replace those whose host calibration read another speed state.
+MAX_REPLACED = 2
+
+
+def _calibration(metrics: Any) -> tuple[float, float, float | None] | None:
+    """(calibration, its spread, the metric's tolerance) of the first timing metric that carries one, or None."""
+    for metric in metrics:
+        value = metric.extra.get("calibration") if is_timing(metric) else None
+        if isinstance(value, (int, float)) and value > 0:
+            spread = metric.extra.get("calibration_spread")
+            return float(value), float(spread) if isinstance(spread, (int, float)) else 0.0, metric.tolerance
+    return None
+
+
+def _off(fact: tuple[float, float, float | None] | None, reference: float) -> bool:
+    """A process's calibration past the machine band around ``reference`` (another speed state)."""
+    from pytest_gpuperf.judging.machine_rule import band
+
+    return fact is not None and abs(fact[0] / reference - 1.0) > band(0.0, fact[1], fact[2])
+
+
+def same_state(
+    main: list[Metric], runs: list[dict[str, Metric]], fresh: FreshRuns
+) -> tuple[list[dict[str, Metric]], bool, int]:
+    """A recording's processes in one speed state of the host: (runs, this process left out, processes replaced).
+
+    A process whose calibration differs from the median process's by more than the machine band
+    (:func:`~pytest_gpuperf.judging.machine_rule.band`) ran in another speed state of the machine (this project's
+    VMs switch between states about 1.6x apart): its time would make the recorded spread one that gates nothing,
+    and a later run in the usual state would re-record it. Such a fresh process is replaced by another, this
+    process's own measurement left out, at most :data:`MAX_REPLACED` times; past that the spread records both.
+    """
+    from pytest_gpuperf.stats import median
+
+    own = _calibration(main)
+    if own is None:
+        return runs, False, 0
+    main_off, replaced = False, 0
+    while True:
+        facts = [_calibration(run.values()) for run in runs]
+        known = [f for f in facts if f is not None] + ([] if main_off else [own])
+        if len(known) < 2:
+            return runs, main_off, replaced
+        reference = median([f[0] for f in known])
+        bad = [i for i, fact in enumerate(facts) if _off(fact, reference)]
+        leave_main = not main_off and _off(own, reference)
+        count = len(bad) + int(leave_main)
+        if not count or replaced + count > MAX_REPLACED:
+            return runs, main_off, replaced
+        more, _why = fresh(count)
+        runs = [run for i, run in enumerate(runs) if i not in bad] + more
+        main_off, replaced = main_off or leave_main, replaced + count
+
+
 def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
     """After a test's first measurement: record it from more processes, or confirm a suspected regression.
 
     Under ``--gpuperf-update`` the baseline comes from ``--gpuperf-processes`` runs (3 on a host CPU or a GPU at
-    its power cap), the
-    spread between them stored; otherwise a suspected time/throughput regression is measured once more, and a
-    run that disagrees makes the verdict inconclusive (:func:`reconcile`). Returns a warning when fewer
-    processes than asked finished the test, else None. ``fresh`` runs the test again (a replica process, or
-    the script of a ``gpuperf_torchrun`` test once more).
+    its power cap) in one speed state of the host (:func:`same_state`), the spread between them stored; otherwise a
+    suspected time/throughput regression is measured once more, and a run that disagrees makes the verdict
+    inconclusive (:func:`reconcile`). Returns a warning when fewer processes than asked finished the test or some
+    were left out, else None. ``fresh`` runs the test again (a replica process, or the script of a
+    ``gpuperf_torchrun`` test once more).
     """
     context = judging.contexts.get(node_id)
     if context is None:
@@ -168,13 +227,22 @@ def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fr
         if wanted <= 1:
             return None
         runs, note = fresh(wanted - 1)
-        judging.merge_processes(node_id, runs)
-        if len(runs) >= wanted - 1:
-            return None
+        main_metrics = [v.metric for v in judging.verdicts.get(node_id, [])]
+        runs, main_off, replaced = same_state(main_metrics, runs, fresh)
+        judging.merge_processes(node_id, runs, include_main=not main_off)
+        swapped = (
+            f"{node_id}: {replaced} recording process(es) left out, the host calibration there read another speed "
+            "state of this machine"
+            if replaced
+            else None
+        )
+        recorded = len(runs) + (0 if main_off else 1)
+        if recorded >= wanted:
+            return swapped
         why = f": {note}" if note else ""
         return (
-            f"{node_id}: baseline recorded from {1 + len(runs)} of {wanted} processes; "
-            f"{wanted - 1 - len(runs)} fresh process(es) did not finish the test{why}"
+            f"{node_id}: baseline recorded from {recorded} of {wanted} processes; "
+            f"{wanted - recorded} fresh process(es) did not finish the test{why}"
         )
     if judging.wants_confirmation(judging.verdicts.get(node_id, [])):
         runs, note = fresh(1)

@@ -239,8 +239,9 @@ class Judging:
         if context is not None and suspects(self.verdicts.get(node_id, [])):
             self.verdicts[node_id] = self.confirm(context, self.verdicts[node_id], again, note, where)
 
-    def merge_processes(self, node_id: str, runs: list[dict[str, Metric]]) -> None:
-        """Under ``--gpuperf-update``: store each timing metric from this and the fresh processes' measurements."""
+    def merge_processes(self, node_id: str, runs: list[dict[str, Metric]], include_main: bool = True) -> None:
+        """Under ``--gpuperf-update``: store each timing metric from this and the fresh processes' measurements
+        (``include_main`` False: from the fresh ones alone)."""
         from pytest_gpuperf.judging.replication import combine, is_timing
 
         context = self.contexts.get(node_id)
@@ -250,9 +251,8 @@ class Judging:
         for verdict in self.verdicts.get(node_id, []):
             metric = verdict.metric
             if is_timing(metric) and any(metric.name in run for run in runs):  # others' merged facts kept
-                metric = combine(
-                    metric, [run[metric.name] for run in runs if metric.name in run], verdict.tolerance or 0
-                )
+                others = [run[metric.name] for run in runs if metric.name in run]
+                metric = combine(metric, others, verdict.tolerance or 0, include_main)
             merged.append(Verdict(metric, verdict.status, tolerance=verdict.tolerance))
             if metric is not verdict.metric:
                 timing.append(merged[-1])
