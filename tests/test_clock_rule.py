@@ -264,3 +264,15 @@ def test_a_fit_too_loose_to_narrow_the_band_leaves_a_straddle_inconclusive(tmp_p
     run = _gemm_run(1.038, 1650, (0.5, 0.4))  # band [0, 1]: the work changed by +3.8%..+21%
     verdict = _judge(tmp_path, [run], _gemm_baseline(1410, (0.4, 0.3)))[0]
     assert verdict.status == "inconclusive" and verdict.doubt == "machine" and "straddles" in verdict.message
+
+
+def test_a_fit_that_says_nothing_is_not_kept() -> None:
+    # Host-timed eager samples (a distributed step) can spread tens of percent while the clock barely moves: such a
+    # fit's error is larger than the band [0, 1] itself, so the record keeps no exponent (nor an out-of-range one).
+    from pytest_gpuperf.timing.sampling import TimingResult
+
+    clocks = [1500.0 + (12.0 if i % 2 else -12.0) for i in range(30)]
+    result = TimingResult(samples=[0.01 * (1.0 + 0.4 * ((i * 7) % 3 - 1)) for i in range(30)])
+    result.sample_clocks = clocks
+    assert result.clock_exponent is not None and result.clock_exponent[1] > 1.0
+    assert "clock_exponent" not in result.summary()

@@ -29,6 +29,10 @@ BLOCKING_SHARE = 0.5
 HOST_BOUND_SHARE = 0.5
 
 
+#: A clock-exponent fit less sure than this (standard error) says nothing the band [0, 1] does not: not kept.
+EXPONENT_SE_LIMIT = 1.0
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     """Knobs of the measuring loop (from ini, command line or the test's marker)."""
@@ -191,9 +195,9 @@ class TimingResult:
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
         fit = self.clock_exponent
-        if fit is not None:
+        if fit is not None and fit[1] <= EXPONENT_SE_LIMIT:
             # Faster at a lower clock is noise, not physics: stored as 0 (its error still says how sure).
-            out["clock_exponent"], out["clock_exponent_se"] = round(max(0.0, fit[0]), 4), round(fit[1], 4)
+            out["clock_exponent"], out["clock_exponent_se"] = round(min(max(0.0, fit[0]), 10.0), 4), round(fit[1], 4)
         for key, value in (self.power_state or {}).items():
             if isinstance(value, (int, float, str, bool)):
                 out[key] = value
