@@ -96,11 +96,16 @@ def make_repo(root: Path, device: str, tests: int = 1) -> None:
     git(root, "commit", "-qm", "base")
 
 
+#: ``--keep-cache``: let the runs share pytest's cache (measured roofs), as a user's repeated runs do.
+KEEP_CACHE = False
+
+
 def pytest_run(root: Path, device: str, args: list[str], report: Path) -> tuple[dict, float, int, str]:
     """One pytest subprocess; its JSON report, wall seconds, exit code and output tail."""
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "test_perf.py", "--gpuperf", "--gpuperf-backend", device]
-    cmd += ["-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--gpuperf-json", str(report), *args]
+    cmd += [] if KEEP_CACHE else ["-p", "no:cacheprovider"]  # without it every process, each worker too, measures roofs
+    cmd += ["-p", "no:randomly", "-q", "--gpuperf-json", str(report), *args]
     began = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - began
@@ -185,7 +190,12 @@ def main() -> int:
     parser.add_argument("--out", default="", help="write every observation to this JSON file")
     parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
     parser.add_argument("--tests", type=int, default=1, help="perf tests in the file (the same step, parametrized)")
+    parser.add_argument(
+        "--keep-cache", action="store_true", help="share pytest's cache between runs (roofs measured once)"
+    )
     args = parser.parse_args()
+    global KEEP_CACHE
+    KEEP_CACHE = args.keep_cache
     node = NODE.format(device=args.device)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
