@@ -382,14 +382,14 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     )
     outcome = fake.runner.run(["t.py::x", "t.py::noisy", "t.py::new"])
     assert [c[:2] for c in fake.calls] == [("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2)]
-    assert fake.calls[4][2] == ("t.py::noisy",)  # x was decided after two processes per side
+    assert fake.calls[4][2] == ("t.py::x", "t.py::noisy")  # x, 2x slower in two pairs, is confirmed by a third
     assert outcome.new == ["t.py::new"] and outcome.removed == ["t.py::gone"]
     (x,) = outcome.evidence["t.py::x"].verdicts
-    assert x.status == "regression" and len(x.a_values) == 2
+    assert x.status == "regression" and len(x.a_values) == 3
     (noisy,) = outcome.evidence["t.py::noisy"].verdicts
     assert noisy.status == "unchanged" and len(noisy.b_values) == 3  # the third B process matched the best
     assert outcome.evidence["t.py::new"].last_payload("B") is not None
-    assert outcome.cost("A") == pytest.approx(3.0 / 5)
+    assert outcome.cost("A") == pytest.approx(3.0 / 6)  # three 1 s A runs measured 2 + 2 + 2 tests
     # the workers of the two minimum pairs started up together and had all started before the first measured;
     # every later pair started while the pair before it measured; the fourth pair, which no test needed (both
     # were decided after three), was stopped without running
@@ -601,3 +601,19 @@ def test_sides_at_different_clocks_are_judged_by_the_pairs_over_the_workers_expo
     slower.b = [_fitted(time_at(f, 1.08), f, fit) for f in b_clocks]
     verdict = judge_evidence(slower, final=True)[0]
     assert verdict.status == "regression" and "both past it" in verdict.message, verdict.message
+
+
+def test_a_timing_regression_seen_in_two_pairs_waits_for_a_third_while_more_can_run() -> None:
+    # Unchanged code on this CPU: both B processes of one test landed slow (-23%, -25% throughput) and the A/B
+    # failed it after two pairs. Two pairs now make it a suspect; a third pair decides.
+    suspect = judge([207.0, 205.0], [157.0, 155.0], info=THROUGHPUT, final=False)
+    assert suspect.status == "undecided" and "one more pair" in suspect.message
+    three = [(0, 0), (1, 1), (2, 2)]
+    still = judge([207.0, 205.0, 206.0], [157.0, 155.0, 208.0], info=THROUGHPUT, final=False, pairs=three)
+    assert still.status == "undecided"  # one fast B process: B's best two now spread 32%, more rounds
+    four = [(0, 0), (1, 1), (2, 2), (3, 3)]
+    cleared = judge([207.0, 205.0, 206.0, 207.0], [157.0, 155.0, 208.0, 207.0], info=THROUGHPUT, pairs=four)
+    assert cleared.status == "unchanged"
+    confirmed = judge([207.0, 205.0, 206.0], [157.0, 155.0, 156.0], info=THROUGHPUT, final=False, pairs=three)
+    assert confirmed.status == "regression"
+    assert judge([207.0, 205.0], [157.0, 155.0], info=THROUGHPUT, final=True).status == "regression"  # no more runs

@@ -8,7 +8,8 @@ With ``R`` the best-B/best-A ratio oriented so that > 1 is worse, ``u`` the larg
 sides' spreads and of the best processes' own quantile precision, and ``t`` the tolerance:
 
 * regression: ``R > (1 + t)(1 + u)`` and at least half of the paired ratios (A and B of the same
-  round pair) are past ``1 + t`` too;
+  round pair) are past ``1 + t`` too, from at least :data:`CONFIRMING_PAIRS` pairs unless no more can be run
+  (whole processes can be slow: a regression seen in two is confirmed by a third);
 * passed: ``R (1 + u) < 1 + t``; an improvement when ``R (1 + u) < 1 / (1 + t/2)``;
 * otherwise undecided: more rounds, and inconclusive when none are left.
 """
@@ -83,6 +84,10 @@ class AbVerdict:
         }
 
 
+#: Round pairs a timing regression needs before more processes could still be asked for (a memory one needs none).
+CONFIRMING_PAIRS = 3
+
+
 def _cost(value: float, better: str) -> float:
     return value if better == "lower" else (1.0 / value if value > 0 else math.inf)
 
@@ -128,6 +133,10 @@ def judge_numeric(
     past = sum(1 for p in paired if p > limit)
     slack = kind != "memory" or abs(float(b_side[best_b].value) - float(a_side[best_a].value)) > MEMORY_SLACK_BYTES
     if worse > limit * (1.0 + uncertainty) and 2 * past >= len(paired) and slack:
+        if kind != "memory" and len(paired) < CONFIRMING_PAIRS and not final:
+            # Whole processes can be slow (a CPU step's buffers that alias by 4 KiB, one process in 5 or so): two B
+            # processes slow together failed unchanged code in 1 of 6 A/B runs of a 10-test file here.
+            return "undecided", worse, uncertainty, paired, "B looks worse than A: one more pair confirms it"
         return "regression", worse, uncertainty, paired, "B is worse than A past the tolerance and the noise"
     if worse * (1.0 + uncertainty) < limit or not slack:
         if worse * (1.0 + uncertainty) < 1.0 / (1.0 + tolerance / 2.0):
