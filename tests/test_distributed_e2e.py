@@ -213,7 +213,7 @@ def test_under_a_baseline_ref_the_ranks_plan_against_the_refs_entries_not_the_wo
     # The working tree's copy is broken; the ref's is what judges this run, so it is also what the ranks must read.
     path.write_text("tests: [unclosed\n")
     result = pytester.runpytest(
-        "--gpuperf", *fast_args, "--gpuperf-time-tolerance", "10", "--gpuperf-baseline-ref", "main"
+        "--gpuperf", *fast_args, "--gpuperf-cpu-time-tolerance", "10", "--gpuperf-baseline-ref", "main"
     )
     result.assert_outcomes(passed=1)
     assert "raised" not in result.stdout.str()
