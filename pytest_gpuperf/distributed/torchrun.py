@@ -43,6 +43,10 @@ class TorchrunResult:
     metrics: list[Metric]
 
 
+#: Seconds between two ranks' stack dumps when a script hangs (faulthandler writes one in a few milliseconds).
+STACK_DUMP_GAP = 0.25
+
+
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -210,8 +214,13 @@ class TorchrunRunner:
     def _stop(self, proc: subprocess.Popen[bytes]) -> bytes:
         """Dump the ranks' stacks (SIGABRT + faulthandler), then kill the launcher and every rank."""
         ranks = descendants(proc.pid)
-        _signal_all(ranks, signal.SIGABRT)
-        time.sleep(1.0)
+        began = time.monotonic()
+        # One at a time, the deepest first (the ranks before their launcher, whose abort would end them undumped):
+        # dumps written at once interleave character by character in the output.
+        for pid in reversed(ranks):
+            _signal_all([pid], signal.SIGABRT)
+            time.sleep(STACK_DUMP_GAP)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
         stop_guarded(proc)
         try:
             raw, _ = proc.communicate(timeout=10)
