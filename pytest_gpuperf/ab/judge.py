@@ -169,18 +169,14 @@ def _judge_counts(
     """
     a_mid, b_mid = _median([s.value for s in a_side]), _median([s.value for s in b_side])
     if a_mid == b_mid or (kind == "memory" and abs(b_mid - a_mid) <= MEMORY_SLACK_BYTES):
-        return "unchanged", 1.0, 0.0, [], f"same on both sides ({_show_count(a_mid)})"
+        return "unchanged", 1.0, 0.0, [], f"same on both sides ({a_mid:g})"
     worse_b = b_mid > a_mid if better == "lower" else b_mid < a_mid
     low, high = sorted((a_mid, b_mid))
     ratio = math.inf if low == 0 else high / low
-    says = f"A {_show_count(a_mid)}, B {_show_count(b_mid)} (medians of the processes)"
+    says = f"A {a_mid:g}, B {b_mid:g} (medians of the processes)"
     if ratio - 1.0 <= tolerance:
         return "unchanged", 1.0, 0.0, [], says
     return ("regression", ratio, 0.0, [], says) if worse_b else ("improvement", 1.0 / ratio, 0.0, [], says)
-
-
-def _show_count(value: float) -> str:
-    return f"{value:g}"
 
 
 def _median(values: list[float | str]) -> float:

@@ -22,6 +22,7 @@ from typing import Any
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, process_spread
 from pytest_gpuperf.units import format_change
+from pytest_gpuperf.validate import number_or_none
 
 #: Default processes per baseline under ``--gpuperf-update`` (``--gpuperf-processes 0``): host CPUs vary per process,
 #: and so does a power-capped GPU (its SM clock under the cap depends on its temperature: a GEMM's time read 1-4%
@@ -158,21 +159,16 @@ FreshRuns = Callable[[int], tuple[list[dict[str, Metric]], str]]
 MAX_REPLACED = 2
 
 
-def _calibration(metrics: Any) -> tuple[float, float, float | None] | None:
-    """(calibration, its spread, the metric's tolerance) of the first timing metric that carries one, or None."""
-    for metric in metrics:
-        value = metric.extra.get("calibration") if is_timing(metric) else None
-        if isinstance(value, (int, float)) and value > 0:
-            spread = metric.extra.get("calibration_spread")
-            return float(value), float(spread) if isinstance(spread, (int, float)) else 0.0, metric.tolerance
-    return None
+def _calibrated(metrics: Any) -> Metric | None:
+    """The first timing metric that carries a host calibration, or None."""
+    return next((m for m in metrics if is_timing(m) and (number_or_none(m.extra.get("calibration")) or 0) > 0), None)
 
 
-def _off(fact: tuple[float, float, float | None] | None, reference: float) -> bool:
-    """A process's calibration past the machine band around ``reference`` (another speed state)."""
-    from pytest_gpuperf.judging.machine_rule import band
+def _off(metric: Metric | None, reference: float) -> bool:
+    """A process's calibration past the machine band around ``reference`` (another speed state of the host)."""
+    from pytest_gpuperf.judging.machine_rule import machine_change
 
-    return fact is not None and abs(fact[0] / reference - 1.0) > band(0.0, fact[1], fact[2])
+    return metric is not None and machine_change(metric.extra, {"calibration": reference}, metric.tolerance) is not None
 
 
 def same_state(
@@ -188,16 +184,16 @@ def same_state(
     """
     from pytest_gpuperf.stats import median
 
-    own = _calibration(main)
+    own = _calibrated(main)
     if own is None:
         return runs, False, 0
     main_off, replaced = False, 0
     while True:
-        facts = [_calibration(run.values()) for run in runs]
+        facts = [_calibrated(run.values()) for run in runs]
         known = [f for f in facts if f is not None] + ([] if main_off else [own])
         if len(known) < 2:
             return runs, main_off, replaced
-        reference = median([f[0] for f in known])
+        reference = median([float(f.extra["calibration"]) for f in known])
         bad = [i for i, fact in enumerate(facts) if _off(fact, reference)]
         leave_main = not main_off and _off(own, reference)
         count = len(bad) + int(leave_main)
