@@ -193,6 +193,8 @@ def run_pytest(
             "clock_exponent": (judged.get("extra") or {}).get("clock_exponent"),
             "clock_exponent_se": (judged.get("extra") or {}).get("clock_exponent_se"),
             "work_change": (judged.get("extra") or {}).get("work_change"),
+            "power_warmup_seconds": (judged.get("extra") or {}).get("power_warmup_seconds"),
+            "sustained_sm_clock_mhz": (judged.get("extra") or {}).get("sustained_sm_clock_mhz"),
             "message": judged.get("message", ""),
         }
     return out

@@ -62,6 +62,12 @@ def make_step(name: str, scale: float = 1.0):
 
     torch.manual_seed(0)
     dev = "cuda"
+    if name.startswith("gemm4k:"):  # bench_verdicts' GEMM: 4096 x K @ K x 4096 bf16, operands at K 4480, sliced
+        k = int(name.partition(":")[2])
+        a = torch.randn(4096, 4480, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(4480, 4096, device=dev, dtype=torch.bfloat16)
+        a_k, b_k = a[:, :k], b[:k]
+        return lambda: a_k @ b_k, 12
     if name == "gemm":
         k = int(4096 * scale)
         a = torch.randn(8192, k, device=dev, dtype=torch.bfloat16)
@@ -144,8 +150,13 @@ def child(name: str, seconds: float) -> None:
 def nvml_cost() -> None:
     nv = Nvml()
     out = {}
-    for label, fn in (("sm_clock", lambda: nv.clock(1)), ("mem_clock", lambda: nv.clock(2)),
-                      ("power", nv.power_mw), ("reasons", nv.reasons), ("all_four", nv.read)):
+    for label, fn in (
+        ("sm_clock", lambda: nv.clock(1)),
+        ("mem_clock", lambda: nv.clock(2)),
+        ("power", nv.power_mw),
+        ("reasons", nv.reasons),
+        ("all_four", nv.read),
+    ):
         fn()
         n = 2000
         t = time.perf_counter()
@@ -169,21 +180,31 @@ def parent(args) -> None:
     print(cost.stdout.strip() or cost.stderr[-2000:])
     results = {}
     with open(args.out, "w") as fh:
-        for name in args.workloads.split(","):
-            for p in range(args.processes):
-                if args.gap:
-                    time.sleep(args.gap)
-                run = subprocess.run([sys.executable, __file__, "--child", name, "--seconds", str(args.seconds)],
-                                     capture_output=True, text=True)
-                if run.returncode != 0:
-                    print(name, "failed:", run.stderr[-1500:])
-                    continue
-                rec = json.loads(run.stdout.strip().splitlines()[-1])
-                rec["process"] = p
-                fh.write(json.dumps(rec) + "\n")
-                results.setdefault(name, []).append(rec)
-    print(f"{'workload':12} {'proc':>4} {'t<0.5s us':>10} {'t>2s us':>9} {'cyc<0.5s k':>10} {'cyc>2s k':>9} "
-          f"{'sm0':>5} {'sm>2s':>6} {'mem':>5} {'W>2s':>5} reasons")
+        names = args.workloads.split(",")
+        order = (
+            [(n, p) for p in range(args.processes) for n in names]
+            if args.interleave
+            else [(n, p) for n in names for p in range(args.processes)]
+        )
+        for name, p in order:
+            if args.gap:
+                time.sleep(args.gap)
+            run = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--seconds", str(args.seconds)],
+                capture_output=True,
+                text=True,
+            )
+            if run.returncode != 0:
+                print(name, "failed:", run.stderr[-1500:])
+                continue
+            rec = json.loads(run.stdout.strip().splitlines()[-1])
+            rec["process"] = p
+            fh.write(json.dumps(rec) + "\n")
+            results.setdefault(name, []).append(rec)
+    print(
+        f"{'workload':12} {'proc':>4} {'t<0.5s us':>10} {'t>2s us':>9} {'cyc<0.5s k':>10} {'cyc>2s k':>9} "
+        f"{'sm0':>5} {'sm>2s':>6} {'mem':>5} {'W>2s':>5} reasons"
+    )
     for name, recs in results.items():
         early_t, late_t, early_c, late_c = [], [], [], []
         for rec in recs:
@@ -194,9 +215,11 @@ def parent(args) -> None:
             reasons = 0
             for r in late:
                 reasons |= r[5] | r[9]
-            print(f"{name:12} {rec['process']:>4} {et * 1e6:10.1f} {lt * 1e6:9.1f} {ec / 1e3:10.1f} {lc / 1e3:9.1f} "
-                  f"{rows[0][2]:5d} {statistics.median(r[2] for r in late):6.0f} {late[0][3]:5d} "
-                  f"{statistics.median(r[4] for r in late) / 1e3:5.0f} {hex(reasons)}")
+            print(
+                f"{name:12} {rec['process']:>4} {et * 1e6:10.1f} {lt * 1e6:9.1f} {ec / 1e3:10.1f} {lc / 1e3:9.1f} "
+                f"{rows[0][2]:5d} {statistics.median(r[2] for r in late):6.0f} {late[0][3]:5d} "
+                f"{statistics.median(r[4] for r in late) / 1e3:5.0f} {hex(reasons)}"
+            )
             early_t.append(et)
             late_t.append(lt)
             early_c.append(ec)
@@ -205,9 +228,11 @@ def parent(args) -> None:
         def spread(v):
             return (max(v) / min(v) - 1) * 100 if v and min(v) > 0 else float("nan")
 
-        print(f"{name:12} SPREAD between processes: time early {spread(early_t):.2f}% late {spread(late_t):.2f}% "
-              f"all-early-vs-late {spread(early_t + late_t):.2f}% | cycles early {spread(early_c):.2f}% "
-              f"late {spread(late_c):.2f}% all {spread(early_c + late_c):.2f}%")
+        print(
+            f"{name:12} SPREAD between processes: time early {spread(early_t):.2f}% late {spread(late_t):.2f}% "
+            f"all-early-vs-late {spread(early_t + late_t):.2f}% | cycles early {spread(early_c):.2f}% "
+            f"late {spread(late_c):.2f}% all {spread(early_c + late_c):.2f}%"
+        )
 
 
 def main() -> None:
@@ -218,6 +243,7 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=2.0)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--out", default="traces.jsonl")
+    ap.add_argument("--interleave", action="store_true", help="alternate the workloads process by process")
     args = ap.parse_args()
     if args.child == "nvml_cost":
         nvml_cost()

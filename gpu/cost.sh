@@ -40,7 +40,7 @@ part 2 && echo "== 2. A/B of one test"
 part 2 && timeout 200 python3 benchmarks/bench_ab.py --device cuda --runs "$RUNS1" --modes ab --cases unchanged --deadline 120 \
   --out "$C/ab1.json" 2>&1 | grep -v USDT | tee "$C/ab1.log" | tail -n 8
 part 3 && echo "== 3. A/B of a file of 10 tests vs its stored-baseline run"
-part 3 && timeout 240 python3 benchmarks/bench_ab.py --device cuda --tests 10 --runs 1 --modes ab,stored --cases unchanged \
+part 3 && timeout 240 python3 benchmarks/bench_ab.py --device cuda --tests 10 --runs 1 --modes ab,stored --cases unchanged --keep-cache \
   --out "$C/ab10.json" 2>&1 | grep -v USDT | tee "$C/ab10.log" | tail -n 8
 part 4 && echo "== 4. ncu on a user's file"
 part 4 && OUT="$C" timeout 110 bash gpu/ncu_user.sh 2>&1 | tee "$C/ncu_user.txt" | tail -n 20

@@ -59,7 +59,7 @@ OPTIONS: list[OptionSpec] = [
     (
         "--gpuperf-power-warmup",
         "float",
-        1.5,
+        3.0,
         "CUDA: most seconds of replays before sampling while the GPU's SM clock or power still drifts "
         "(0: no power warm-up)",
         {"metavar": "SECONDS"},

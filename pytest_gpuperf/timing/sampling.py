@@ -67,7 +67,7 @@ class MeasureConfig:
     #: Retake a sample whose thread waited for a CPU longer than this share of it.
     wait_share_limit: float = WAIT_SHARE_LIMIT
     #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
-    power_warmup: float = 1.5
+    power_warmup: float = 3.0
     #: CPU: shift the heap by a random spacer between samples (:mod:`pytest_gpuperf.timing.layout`).
     shift_layout: bool = True
 
