@@ -59,7 +59,7 @@ OPTIONS: list[OptionSpec] = [
     (
         "--gpuperf-power-warmup",
         "float",
-        3.0,
+        2.5,
         "CUDA: most seconds of replays before sampling while the GPU's SM clock or power still drifts "
         "(0: no power warm-up)",
         {"metavar": "SECONDS"},

@@ -227,3 +227,36 @@ def test_this_torchs_profiler_events_yield_the_step_ranges():
     ranges, work = step_ranges_and_work(profiled_events(prof))
     assert sorted(ranges) == [0, 1, 2] and work == []
     assert all(end > start for start, end in ranges.values())
+
+
+def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_the_samples_say():
+    from pytest_gpuperf.timing.cuda.device_time import CAPPED_SPAN
+
+    capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))  # sw_power_cap, 690 W throughout
+    ticks = []
+    clock = itertools.count(0.0, 0.001)
+
+    def now() -> float:
+        ticks.append(next(clock))
+        return ticks[-1]
+
+    result = TimingResult(samples=[], iters_per_sample=5)
+    measure_device_time(
+        FakeCuda(),
+        lambda: None,
+        CONFIG,  # 8 samples would be enough (max_samples 8, precise at once)
+        result,
+        None,
+        deadline=2.0,
+        floor=3,
+        guard=ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None),
+        warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+        capture=lambda step, iters: (FakeGraph(iters), ""),
+        watch=capped,
+        now=now,
+    )
+    warmed = result.power_state["power_warmup_seconds"]
+    assert result.power_state["min_sample_seconds"] == CAPPED_SPAN and result.stop == "precise"
+    assert len(result.samples) > 8 and ticks[-1] >= warmed + CAPPED_SPAN  # sampled for the whole span
+    uncapped = _run(CONFIG, capture=lambda step, iters: (FakeGraph(iters), ""))
+    assert len(uncapped.samples) == 8 and "min_sample_seconds" not in (uncapped.power_state or {})

@@ -291,3 +291,18 @@ def test_one_stop_criterion_says_why_a_profiler_sessions_fixed_samples_stopped()
     assert criterion.is_finished(few, final=True) and few.stop == "budget" and few.budget_exhausted
     exact = TimingResult(samples=[1.0] * 30)
     assert criterion.is_finished(exact) and exact.stop == "precise" and not exact.budget_exhausted
+
+
+def test_the_stop_criterion_never_stops_before_its_least_span_but_the_deadline_still_ends_it() -> None:
+    from pytest_gpuperf.timing.stop_criterion import StopCriterion
+
+    config = MeasureConfig(min_samples=3, max_samples=5, target_precision=1.0)
+    t = [0.0]
+    criterion = StopCriterion(config, None, deadline=10.0, floor=3, now=lambda: t[0], span_until=1.0)
+    many = TimingResult(samples=[1.0] * 50)  # precise and past max_samples, but the span is not yet covered
+    assert not criterion.is_finished(many) and many.stop == ""
+    t[0] = 1.0
+    assert criterion.is_finished(many) and many.stop == "precise"
+    early_deadline = StopCriterion(config, None, deadline=0.5, floor=3, now=lambda: 0.6, span_until=1.0)
+    cut = TimingResult(samples=[1.0] * 3)
+    assert early_deadline.is_finished(cut) and cut.stop == "precise"  # the deadline bounds the span

@@ -67,7 +67,7 @@ class MeasureConfig:
     #: Retake a sample whose thread waited for a CPU longer than this share of it.
     wait_share_limit: float = WAIT_SHARE_LIMIT
     #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
-    power_warmup: float = 3.0
+    power_warmup: float = 2.5
     #: CPU: shift the heap by a random spacer between samples (:mod:`pytest_gpuperf.timing.layout`).
     shift_layout: bool = True
 
@@ -239,11 +239,15 @@ def sample_loop(
     floor: int,
     guard: ContentionGuard | None = None,
     now: Callable[[], float] = time.perf_counter,
+    span: float = 0.0,
 ) -> None:
-    """Append samples from ``take`` to ``result.samples`` until the stop criterion is met; sets ``stop``."""
+    """Append samples from ``take`` to ``result.samples`` until the stop criterion is met; sets ``stop``.
+
+    ``span``: seconds the sampling lasts at least (within ``deadline``), whatever the samples already say.
+    """
     from pytest_gpuperf.timing.stop_criterion import StopCriterion
 
-    criterion = StopCriterion(config, stop_rule, deadline, floor, now)
+    criterion = StopCriterion(config, stop_rule, deadline, floor, now, span_until=now() + span if span > 0 else 0.0)
     while True:
         if guard is not None:
             value = guard.take(take, may_retake=lambda: now() < deadline)

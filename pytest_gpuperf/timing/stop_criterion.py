@@ -9,7 +9,9 @@ backend and CUDA's profiler fallback, which gets all its samples from one profil
 * ``max_samples``: as many samples as ``max_samples``;
 * ``budget``: the deadline passed with at least ``floor`` samples (``budget_exhausted``: undecided).
 
-None of the first three is asked before ``min_samples`` samples, unless no more can come (``final``).
+None of the first three is asked before ``min_samples`` samples, unless no more can come (``final``), nor before
+``span_until``: a GPU at its power cap moves its clock in a feedback loop, so a measurement must span enough of it
+(:data:`pytest_gpuperf.timing.cuda.device_time.CAPPED_SPAN`) whatever the samples already say.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class StopCriterion:
     deadline: float
     floor: int
     now: Callable[[], float] = field(default=time.perf_counter)
+    #: No stop but the deadline before this time (``now()``'s clock): the measurement's least span.
+    span_until: float = 0.0
 
     def is_finished(self, result: Record, final: bool = False) -> bool:
         """True when ``result``'s samples suffice (its ``stop``, ``precision`` and ``budget_exhausted`` set).
@@ -64,6 +68,8 @@ class StopCriterion:
         says why it stopped, and ``budget`` when the samples cannot decide.
         """
         n = len(result.samples)
+        if not final and self.span_until and self.now() < min(self.span_until, self.deadline):
+            return False
         if n >= self.config.min_samples or final:
             result.precision = quantile_precision(result.samples)
             if self.stop_rule is not None and self.stop_rule.decided(result):

@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 CLOCK_EVERY = 10
 #: Most steps run inside the CUDA profiler (each kernel sum is one exact step; a few dozen suffice).
 MAX_PROFILED_STEPS = 30
+#: Least seconds of samples on a GPU at its power cap. There the clock moves in a feedback loop: on the H200 a
+#: GEMM's judged quantile over 0.1 s windows of one process varied by 1.8% (standard deviation), over 0.5 s by
+#: 0.6%, over 1 s by 0.4% (``gpu/clock_traces.py``, 10 processes x 4 s; docs/PERFORMANCE.md), and a
+#: measurement that stopped after its first 30 samples (about 0.1 s) read a +6% slowdown as +3.2% .. +6.9%.
+CAPPED_SPAN = 1.0
 
 Capture = Callable[[Callable[[], object], int], tuple[Any, str]]
 KernelSums = Callable[[Callable[[], object], int], tuple[list[float], str]]
@@ -132,8 +137,12 @@ def _graph_samples(graph: Any, loop: _Loop) -> None:
         return replay()
 
     try:
-        deadline = loop.deadline + _sustain(graph.time, loop.watch, loop.config, result, loop.now)
-        sample_loop(take, result, loop.config, loop.stop_rule, deadline, loop.floor, now=loop.now)
+        warmed, capped = _sustain(graph.time, loop.watch, loop.config, result, loop.now)
+        span = CAPPED_SPAN if capped else 0.0
+        if capped and result.power_state is not None:
+            result.power_state["min_sample_seconds"] = span
+        deadline = max(loop.deadline + warmed, loop.now() + span)
+        sample_loop(take, result, loop.config, loop.stop_rule, deadline, loop.floor, now=loop.now, span=span)
     finally:
         graph.close()
 
@@ -144,10 +153,13 @@ def _sustain(
     config: MeasureConfig,
     result: TimingResult,
     now: Callable[[], float],
-) -> float:
-    """Replay until the GPU's power state holds (:mod:`pytest_gpuperf.timing.cuda.power_state`); the seconds it took."""
+) -> tuple[float, bool]:
+    """Replay until the GPU's power state holds (:mod:`pytest_gpuperf.timing.cuda.power_state`).
+
+    Returns the seconds it took and whether the GPU ran at its power cap.
+    """
     if config.power_warmup <= 0 or watch.reader is None or counted(config):
-        return 0.0
+        return 0.0, False
     from pytest_gpuperf.timing.cuda.power_state import warm_to_sustained
 
     reader = watch.reader
@@ -155,9 +167,9 @@ def _sustain(
         state = warm_to_sustained(replay, reader, config.power_warmup, now=now)
     except OSError as exc:
         watch.error = str(exc)
-        return 0.0
+        return 0.0, False
     result.power_state = state.facts()
-    return state.seconds
+    return state.seconds, state.power_capped
 
 
 def _fallback_samples(step: Callable[[], object], loop: _Loop, kernel_sums: KernelSums, reason: str) -> None:

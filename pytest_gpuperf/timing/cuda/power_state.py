@@ -7,10 +7,8 @@ from 90 W to 690 W over the first second). Samples taken inside that transient a
 ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW` seconds
 while NVML is read after each replay, until two consecutive windows agree: SM clock within
 :data:`CLOCK_STEADY` and power within :data:`POWER_STEADY`, capped or not yet (the clock holds at boost for
-the first tenths of a second while the power still climbs). At the cap the clock then sinks by a few percent
-over seconds as the chip warms, too slowly for adjacent windows to see, so a capped GPU must also hold its mean
-clock over :data:`SUSTAIN_SPAN`. A step that never reaches the cap (memory- or latency-bound) settles as soon
-as its clock and power hold. The budget bounds it;
+the first tenths of a second while the power still climbs). A step that never reaches the cap (memory- or
+latency-bound) settles as soon as its clock and power hold. The budget bounds it;
 what it found (the sustained clock, how long it took, whether it settled) goes into the record.
 """
 
@@ -19,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import fmean
 
 from pytest_gpuperf.stats import median
 from pytest_gpuperf.timing.cuda.nvml import POWER_CAP_MASK, ClockReading
@@ -30,11 +27,6 @@ WINDOW = 0.1
 CLOCK_STEADY = 0.01
 #: ... and whose median power readings differ by at most this (relative) hold the power (power-capped GPUs).
 POWER_STEADY = 0.02
-#: At the power cap the clock keeps sinking for seconds as the chip warms (the H200 under a GEMM: 1560-1590 MHz in
-#: the first 0.5 s, 1530-1545 MHz after 2 s), slower than two adjacent windows can see: a capped GPU holds its clock
-#: only when the window's mean clock is also within :data:`SUSTAIN_DRIFT` of the one :data:`SUSTAIN_SPAN` s before.
-SUSTAIN_SPAN = 0.5
-SUSTAIN_DRIFT = 0.005
 
 
 @dataclass(frozen=True)
@@ -65,25 +57,11 @@ def _steady(previous: tuple[float, float, int], current: tuple[float, float, int
     settling on the clock alone there let A/B workers measure at 1905 MHz next to others at 1410 MHz.
     """
     (clock0, power0, _), (clock1, power1, reasons) = previous, current
-    if not _near(clock1, clock0, CLOCK_STEADY):
+    if clock0 <= 0 or abs(clock1 / clock0 - 1.0) > CLOCK_STEADY:
         return False
     if power0 <= 0 or power1 <= 0:
         return not reasons & POWER_CAP_MASK  # no power reading: a capped GPU cannot show it holds
     return abs(power1 / power0 - 1.0) <= POWER_STEADY
-
-
-def _near(value: float, reference: float, within: float) -> bool:
-    return reference > 0 and abs(value / reference - 1.0) <= within
-
-
-def _sustained(windows: list[tuple[float, float, int]], capped: bool) -> bool:
-    """The last windows hold the state (:func:`_steady`); a capped GPU's clock also held over :data:`SUSTAIN_SPAN`."""
-    if len(windows) < 2 or not _steady(windows[-2], windows[-1]):
-        return False
-    if not capped:
-        return True
-    back = round(SUSTAIN_SPAN / WINDOW)
-    return len(windows) > back and _near(windows[-1][0], windows[-1 - back][0], SUSTAIN_DRIFT)
 
 
 def warm_to_sustained(
@@ -92,7 +70,7 @@ def warm_to_sustained(
     budget: float,
     now: Callable[[], float] = time.perf_counter,
 ) -> PowerState:
-    """Replay until the SM clock (and, when capped, the power) holds (:func:`_sustained`), within ``budget`` seconds."""
+    """Replay until the SM clock (and, when capped, the power) holds for two windows, within ``budget`` seconds."""
     start = now()
     windows: list[tuple[float, float, int]] = []
     capped = False
@@ -107,8 +85,8 @@ def warm_to_sustained(
             if now() - opened >= WINDOW or now() - start >= budget:
                 break
         capped = capped or bool(reasons & POWER_CAP_MASK)
-        windows.append((fmean(clocks), median(powers), reasons))
-        if _sustained(windows, capped):
+        windows.append((median(clocks), median(powers), reasons))
+        if len(windows) >= 2 and _steady(windows[-2], windows[-1]):
             clock, power, _ = windows[-1]
             return PowerState(now() - start, True, clock, power or None, capped)
     last = windows[-1] if windows else None
