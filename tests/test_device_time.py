@@ -13,6 +13,7 @@ from pytest_gpuperf.timing.contention import ContentionGuard
 from pytest_gpuperf.timing.cuda.cupti import per_range_sums, step_ranges_and_work
 from pytest_gpuperf.timing.cuda.device_time import measure_device_time
 from pytest_gpuperf.timing.cuda.nvml import ClockReading, ClockWatch, Nvml, reason_names
+from pytest_gpuperf.timing.sampling import SamplingPlan
 from pytest_gpuperf.timing.warmup import WarmupResult
 
 
@@ -60,12 +61,8 @@ def _run(
     measure_device_time(
         backend,
         lambda: None,
-        config,
         result,
-        None,
-        deadline=deadline,
-        floor=3,
-        guard=guard,
+        SamplingPlan(config, None, deadline=deadline, floor=3, guard=guard),
         warm=WarmupResult(calls=10, per_call=eager, wall_per_call=eager),
         capture=capture,
         kernel_sums=kernel_sums or (lambda step, n: ([], "not called")),
@@ -241,15 +238,12 @@ def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_th
         return ticks[-1]
 
     result = TimingResult(samples=[], iters_per_sample=5)
+    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
     measure_device_time(
         FakeCuda(),
         lambda: None,
-        CONFIG,  # 8 samples would be enough (max_samples 8, precise at once)
         result,
-        None,
-        deadline=2.0,
-        floor=3,
-        guard=ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None),
+        SamplingPlan(CONFIG, None, deadline=2.0, floor=3, guard=guard),  # 8 samples would be enough (max_samples 8)
         warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
         capture=lambda step, iters: (FakeGraph(iters), ""),
         watch=capped,

@@ -24,6 +24,9 @@ from typing import Any
 
 from pytest_gpuperf.stats import median
 
+#: The guard's name among a timing record's instruments (``TimingResult.contention`` reads it).
+INSTRUMENT = "contention"
+
 #: A sample whose measuring thread waited in the run queue for more than this share of its wall time is contended.
 WAIT_SHARE_LIMIT = 0.1
 #: The run is called contended when more than this share of its kept samples were contended (the judged low
@@ -123,11 +126,11 @@ class ContentionGuard:
 
     @contextmanager
     def recording(self, record: Any) -> Iterator[ContentionGuard]:
-        """Guard a measurement and write its :meth:`summary` into ``record.contention`` when it ends."""
+        """Guard a measurement and write its :meth:`summary` into the record's instruments when it ends."""
         try:
             yield self
         finally:
-            record.contention = self.summary()
+            record.instruments[INSTRUMENT] = self.summary()
 
     def summary(self) -> dict[str, object]:
         """What the guard saw: retakes, contended samples kept, wait shares, CPU pressure, the overall flag."""

@@ -10,7 +10,8 @@ longer than the budget is still made, so a slow step costs about two calls):
    threads or a collective): that step is timed by the wall clock.
 2. **Sampling**: each *sample* is ``iters`` back-to-back calls divided by ``iters`` (one sample lasts at least
    ``min_sample_time``). Samples the measuring thread spent waiting for a CPU are retaken (bounded) by a
-   :class:`~pytest_gpuperf.timing.contention.ContentionGuard`; its summary goes into ``TimingResult.contention``.
+   :class:`~pytest_gpuperf.timing.contention.ContentionGuard`; its summary goes into the record's instruments
+   (``TimingResult.contention``).
    On the CPU a spacer of random size is held around each sample (:mod:`pytest_gpuperf.timing.layout`), so the
    step's buffers do not keep one layout (4K aliasing made whole processes 7x slower) for the whole process.
    Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's
@@ -33,7 +34,8 @@ How the judged samples are timed (``TimingResult.method``):
 With ``lockstep`` (the distributed lockstep loop, where every rank must make the same calls) the
 warm-up is exactly ``min_warmup_calls`` calls, no sample is retaken and no profiler is started.
 
-The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``).
+The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``). The record
+is filled inside this package only (the loop, its stop criterion, the instruments) and returned finished: read-only.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loo
     CPU_CLOCKS,
     GRAPH_MODES,
     HOST_BOUND_SHARE,
+    LAYOUT,
     MIN_SAMPLES_FLOOR,
     MeasureConfig,
+    SamplingPlan,
     StopCheck,
     TimingResult,
     counted,
@@ -135,17 +139,15 @@ def measure_time(
         result = _measure(backend, step, config, stop_rule, started)
         if backend.name == "cpu":
             result.cpu_threads = running
-    result.elapsed = time.perf_counter() - started
-    return result
+    return result.finish(time.perf_counter() - started)
 
 
 def _measure(
     backend: Backend, step: Callable[[], object], config: MeasureConfig, stop_rule: StopCheck | None, started: float
 ) -> TimingResult:
     timer, clock = block_timer(backend, config)
-    result = TimingResult(samples=[], method=clock)
     warm = _warm(backend, step, config, timer)
-    result.warmup_calls, result.warmup_seconds, result.settled = warm.calls, warm.seconds, warm.settled
+    result = TimingResult(samples=[], method=clock, warmup=warm)
     per_call = warm.per_call
     if clock == "thread_cpu" and warm.cpu_share is not None and warm.cpu_share < BLOCKING_SHARE:
         if config.cpu_clock == "auto":
@@ -186,7 +188,7 @@ def _measure(
         elif backend.name == "cuda":
             from pytest_gpuperf.timing.cuda.device_time import measure_device_time
 
-            measure_device_time(backend, step, config, result, stop_rule, deadline, floor, guard, warm)
+            measure_device_time(backend, step, result, SamplingPlan(config, stop_rule, deadline, floor, guard), warm)
         else:
 
             def take() -> float:
@@ -196,7 +198,6 @@ def _measure(
                 from pytest_gpuperf.timing.layout import shifted, steady_heap
 
                 take = shifted(take)
-                result.layout_shifted = True
-                result.heap_steady = steady_heap()
+                result.instruments[LAYOUT] = {"layout_shifted": True, "heap_steady": steady_heap()}
             sample_loop(take, result, config, stop_rule, deadline, floor, guard)
     return result

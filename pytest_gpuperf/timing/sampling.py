@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile
+from pytest_gpuperf.timing.contention import INSTRUMENT as CONTENTION
 from pytest_gpuperf.timing.contention import WAIT_SHARE_LIMIT
-from pytest_gpuperf.timing.warmup import SETTLE_TOLERANCE
+from pytest_gpuperf.timing.warmup import SETTLE_TOLERANCE, WarmupResult
 
 if TYPE_CHECKING:
     from pytest_gpuperf.timing.contention import ContentionGuard
@@ -72,36 +73,92 @@ class MeasureConfig:
     shift_layout: bool = True
 
 
+#: Names of the instruments' facts in :attr:`TimingResult.instruments` (the contention guard's is its own).
+CLOCKS, POWER_STATE, LAYOUT = "clocks", "power_state", "layout"
+
+
 @dataclass
 class TimingResult:
-    """What the loop observed: per-step times (the judged ones), eager times on CUDA, and how it got them."""
+    """One measurement: per-step times (the judged ones), eager times on CUDA, and how they were taken.
+
+    Filled while the measurement is taken, inside :mod:`pytest_gpuperf.timing` only: the sampling loop appends
+    samples, its :class:`~pytest_gpuperf.timing.stop_criterion.StopCriterion` says why it stopped, and each
+    instrument (NVML clocks, the contention guard, the power warm-up, the heap shift) writes its own facts under
+    :attr:`instruments`. :func:`~pytest_gpuperf.timing.loop.measure_time` then :meth:`finish` es it once: the
+    record it returns is read-only.
+    """
 
     samples: list[float]
     #: CUDA: per-step times of eager calls between device events (the user's wall experience of the device).
     eager_samples: list[float] = field(default_factory=list)
-    iters_per_sample: int = 1
-    warmup_calls: int = 0
-    warmup_seconds: float = 0.0
-    settled: bool = True
-    elapsed: float = 0.0
-    budget_exhausted: bool = False
-    precision: float = float("nan")
-    method: str = "events"
-    method_note: str = ""
-    stop: str = ""
-    #: CUDA: SM clock and clock-event (throttle) reasons read through NVML while measuring (None: not read).
-    clocks: dict[str, Any] | None = None
-    #: Run-queue wait of the measuring thread and CPU pressure (:meth:`ContentionGuard.summary`).
-    contention: dict[str, Any] | None = None
-    #: Intra-op torch threads the CPU step ran with (None on other backends).
-    cpu_threads: int | None = None
     #: CUDA: the SM clock (MHz, mean of the NVML readings right before and after) of each judged sample.
     sample_clocks: list[float] = field(default_factory=list)
-    #: CUDA: what the power warm-up found (:class:`pytest_gpuperf.timing.cuda.power_state.PowerState` facts).
-    power_state: dict[str, Any] | None = None
-    #: CPU: the heap was shifted between samples, and glibc's thresholds fixed (:mod:`pytest_gpuperf.timing.layout`).
-    layout_shifted: bool = False
-    heap_steady: bool = False
+    iters_per_sample: int = 1
+    method: str = "events"
+    method_note: str = ""
+    #: Why sampling stopped, its quantile's precision, undecided at the deadline (the stop criterion's).
+    stop: str = ""
+    precision: float = float("nan")
+    budget_exhausted: bool = False
+    #: What the warm-up found (None: the step was not warmed up, as in a unit test's record).
+    warmup: WarmupResult | None = None
+    #: Intra-op torch threads the CPU step ran with (None on other backends).
+    cpu_threads: int | None = None
+    #: Each instrument's facts, by name: :data:`CLOCKS` (NVML readings), :data:`CONTENTION` (the measuring
+    #: thread's run-queue wait, CPU pressure), :data:`POWER_STATE` (the CUDA power warm-up), :data:`LAYOUT` (CPU).
+    instruments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_finished"):
+            raise AttributeError(f"a finished TimingResult is read-only (tried to set {name!r})")
+        object.__setattr__(self, name, value)
+
+    def finish(self, elapsed: float) -> TimingResult:
+        """Close the record: its wall seconds; nothing can be set on it afterwards. Returns it."""
+        self.elapsed = elapsed
+        object.__setattr__(self, "_finished", True)
+        return self
+
+    @property
+    def warmup_calls(self) -> int:
+        """Calls the warm-up made (0 without one)."""
+        return self.warmup.calls if self.warmup else 0
+
+    @property
+    def warmup_seconds(self) -> float:
+        """Seconds the warm-up took (0 without one)."""
+        return self.warmup.seconds if self.warmup else 0.0
+
+    @property
+    def settled(self) -> bool:
+        """False when the warm-up ended with the step still trending (its samples may be of a transient)."""
+        return self.warmup.settled if self.warmup else True
+
+    @property
+    def clocks(self) -> dict[str, Any] | None:
+        """CUDA: the SM clock and clock-event reasons NVML read while measuring (None: not read)."""
+        return self.instruments.get(CLOCKS)
+
+    @property
+    def contention(self) -> dict[str, Any] | None:
+        """The contention guard's summary (:meth:`ContentionGuard.summary`), None without a guard."""
+        return self.instruments.get(CONTENTION)
+
+    @property
+    def power_state(self) -> dict[str, Any] | None:
+        """CUDA: what the power warm-up found (:class:`~pytest_gpuperf.timing.cuda.power_state.PowerState` facts)."""
+        return self.instruments.get(POWER_STATE)
+
+    @property
+    def layout_shifted(self) -> bool:
+        """CPU: the heap was shifted between samples (:mod:`pytest_gpuperf.timing.layout`)."""
+        return bool(self.instruments.get(LAYOUT, {}).get("layout_shifted"))
+
+    @property
+    def heap_steady(self) -> bool:
+        """CPU: glibc's heap thresholds were fixed while the heap was shifted."""
+        return bool(self.instruments.get(LAYOUT, {}).get("heap_steady"))
 
     @property
     def cycles_samples(self) -> list[float]:
@@ -180,6 +237,8 @@ class TimingResult:
             "warmup_seconds": round(self.warmup_seconds, 4),
             "settled": self.settled,
         }
+        if self.warmup is not None and not self.warmup.settled and self.warmup.note:
+            out["warmup_note"] = self.warmup.note  # why the warm-up did not settle
         if self.method_note:
             out["method_note"] = self.method_note
         if self.eager_samples:
@@ -208,6 +267,18 @@ class TimingResult:
             if self.contention.get("cpu_pressure_avg10") is not None:
                 out["cpu_pressure_avg10"] = self.contention["cpu_pressure_avg10"]
         return out
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    """What every sampling path of one measurement shares: its settings, the baseline's stop rule (None: sample
+    to ``target_precision``), the deadline, the least samples taken past it, and the contention guard."""
+
+    config: MeasureConfig
+    stop_rule: StopCheck | None
+    deadline: float
+    floor: int
+    guard: ContentionGuard
 
 
 class StopCheck(Protocol):

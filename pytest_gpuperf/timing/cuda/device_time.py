@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.stats import median
-from pytest_gpuperf.timing.sampling import TimingResult, counted, sample_loop
+from pytest_gpuperf.timing.sampling import POWER_STATE, TimingResult, counted, sample_loop
 from pytest_gpuperf.timing.stop_criterion import StopCriterion
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
-    from pytest_gpuperf.timing.contention import ContentionGuard
     from pytest_gpuperf.timing.cuda.nvml import ClockWatch
-    from pytest_gpuperf.timing.sampling import MeasureConfig, StopCheck
+    from pytest_gpuperf.timing.sampling import MeasureConfig, SamplingPlan
     from pytest_gpuperf.timing.warmup import WarmupResult
 
 #: Read NVML every this many samples (a reading costs tens of microseconds).
@@ -73,12 +72,8 @@ def _default_watch() -> ClockWatch:
 def measure_device_time(
     backend: Backend,
     step: Callable[[], object],
-    config: MeasureConfig,
     result: TimingResult,
-    stop_rule: StopCheck | None,
-    deadline: float,
-    floor: int,
-    guard: ContentionGuard,
+    plan: SamplingPlan,
     warm: WarmupResult,
     *,
     capture: Capture = _default_capture,
@@ -88,13 +83,17 @@ def measure_device_time(
 ) -> None:
     """Fill ``result`` with device-time samples of ``step`` (module doc); graph, profiler and NVML injectable."""
     watch = watch if watch is not None else _default_watch()
+    config = plan.config
     with watch.recording(result):
         iters = result.iters_per_sample
         per_call = max(warm.per_call, warm.wall_per_call)
         taken = [0]
 
+        def eager_calls() -> float:
+            return backend.time_block(step, iters) / iters
+
         def eager() -> float:
-            value = guard.take(lambda: backend.time_block(step, iters) / iters, may_retake=lambda: now() < deadline)
+            value = plan.guard.take(eager_calls, may_retake=lambda: now() < plan.deadline)
             taken[0] += 1
             if taken[0] % CLOCK_EVERY == 0:
                 watch.read()
@@ -106,7 +105,7 @@ def measure_device_time(
                 graph, reason = capture(step, iters)
             else:
                 reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
-        loop = _Loop(eager, result, config, stop_rule, deadline, floor, now, watch)
+        loop = _Loop(eager, result, plan, now, watch)
         if graph is not None:
             _graph_samples(graph, loop)
         else:
@@ -115,14 +114,11 @@ def measure_device_time(
 
 @dataclass(frozen=True)
 class _Loop:
-    """What both sampling paths share: the eager sampler, the result they fill, the settings and the stop rule."""
+    """What both sampling paths share: the eager sampler, the result they fill, the plan, the clock and NVML."""
 
     eager: Callable[[], float]
     result: TimingResult
-    config: MeasureConfig
-    stop_rule: StopCheck | None
-    deadline: float
-    floor: int
+    plan: SamplingPlan
     now: Callable[[], float]
     watch: ClockWatch
 
@@ -137,12 +133,13 @@ def _graph_samples(graph: Any, loop: _Loop) -> None:
         return replay()
 
     try:
-        warmed, capped = _sustain(graph.time, loop.watch, loop.config, result, loop.now)
+        plan = loop.plan
+        warmed, capped = _sustain(graph.time, loop.watch, plan.config, result, loop.now)
         span = CAPPED_SPAN if capped else 0.0
-        if capped and result.power_state is not None:
-            result.power_state["min_sample_seconds"] = span
-        deadline = max(loop.deadline + warmed, loop.now() + span)
-        sample_loop(take, result, loop.config, loop.stop_rule, deadline, loop.floor, now=loop.now, span=span)
+        if capped and POWER_STATE in result.instruments:
+            result.instruments[POWER_STATE]["min_sample_seconds"] = span
+        deadline = max(plan.deadline + warmed, loop.now() + span)
+        sample_loop(take, result, plan.config, plan.stop_rule, deadline, plan.floor, now=loop.now, span=span)
     finally:
         graph.close()
 
@@ -168,13 +165,13 @@ def _sustain(
     except OSError as exc:
         watch.error = str(exc)
         return 0.0, False
-    result.power_state = state.facts()
+    result.instruments[POWER_STATE] = state.facts()
     return state.seconds, state.power_capped
 
 
 def _fallback_samples(step: Callable[[], object], loop: _Loop, kernel_sums: KernelSums, reason: str) -> None:
-    eager, result, config, stop_rule = loop.eager, loop.result, loop.config, loop.stop_rule
-    deadline, floor, now, watch = loop.deadline, loop.floor, loop.now, loop.watch
+    eager, result, config, stop_rule = loop.eager, loop.result, loop.plan.config, loop.plan.stop_rule
+    deadline, floor, now, watch = loop.plan.deadline, loop.plan.floor, loop.now, loop.watch
     notes = [f"no CUDA graph ({reason})"] if reason else []
     profile = config.cupti and not counted(config)
     eager_part = TimingResult(samples=[])

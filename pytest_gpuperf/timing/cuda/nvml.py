@@ -165,15 +165,17 @@ class ClockWatch:
     def recording(self, record: Any) -> Iterator[ClockWatch]:
         """Read at the start and the end of a measurement and write what was seen into ``record``.
 
-        ``record`` (a :class:`~pytest_gpuperf.timing.sampling.TimingResult`) gets ``clocks`` (:meth:`summary`) and,
-        when every judged sample has one, ``sample_clocks``: the instrument writes its own facts.
+        ``record`` (a :class:`~pytest_gpuperf.timing.sampling.TimingResult`) gets its ``clocks`` instrument facts
+        (:meth:`summary`) and, when every judged sample has one, ``sample_clocks``: the instrument writes its own facts.
         """
+        from pytest_gpuperf.timing.sampling import CLOCKS
+
         self.read()
         try:
             yield self
         finally:
             self.read()
-            record.clocks = self.summary()
+            record.instruments[CLOCKS] = self.summary()
             if len(self.sample_clocks) == len(record.samples):
                 record.sample_clocks = list(self.sample_clocks)
 
