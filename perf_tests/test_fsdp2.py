@@ -121,9 +121,10 @@ def test_fsdp2_gradients_match_a_single_process_reference(gpuperf_backend, gpupe
 
 
 # A whole script run is a few steps in a fresh process: its tokens/s moved by 5% between two runs on the H200, a
-# spread its own step samples cannot show, so the script's throughput gets 15% on GPUs (peak memory keeps 5%).
-# On the CPU the script's peak moves with gloo's worker threads like the training test's (+7.6% seen unchanged).
-@pytest.mark.gpuperf(time_tolerance={"cuda": 0.15}, memory_tolerance={"cpu": 0.15})
+# spread its own step samples cannot show, so the script's throughput gets 10% on CUDA, twice that spread (a
+# suspected regression is confirmed by a second run; peak memory keeps 5%). On the CPU the script's peak moves
+# with gloo's worker threads like the training test's (+7.6% seen unchanged).
+@pytest.mark.gpuperf(time_tolerance={"cuda": 0.10}, memory_tolerance={"cpu": 0.15})
 def test_train_fsdp_script_on_ranks_through_torchrun(gpuperf, gpuperf_torchrun):
     """The seed's script under ``python -m torch.distributed.run``; per-rank peak memory and tokens/s judged."""
     nproc = gpuperf.pick(cpu=2, cuda=max(1, torch.cuda.device_count()))
