@@ -254,3 +254,20 @@ def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_th
     assert len(result.samples) > 8 and ticks[-1] >= warmed + CAPPED_SPAN  # sampled for the whole span
     uncapped = _run(CONFIG, capture=lambda step, iters: (FakeGraph(iters), ""))
     assert len(uncapped.samples) == 8 and "min_sample_seconds" not in (uncapped.power_state or {})
+
+
+def test_measure_time_on_cuda_returns_one_finished_record_with_its_instruments_facts(monkeypatch):
+    # The loop's CUDA branch end to end, without a GPU: a fake graph capture and a fake NVML behind the defaults.
+    import pytest_gpuperf.timing.cuda.device_time as device_time
+    import pytest_gpuperf.timing.cuda.graph as graph
+    from pytest_gpuperf.timing import measure_time
+
+    monkeypatch.setattr(graph, "capture", lambda step, iters: (FakeGraph(iters), ""))
+    monkeypatch.setattr(device_time, "_default_watch", lambda: _watch())
+    config = MeasureConfig(max_time=0.5, min_samples=8, max_samples=8, target_precision=1e-9, warmup_calls=20)
+    result = measure_time(FakeCuda(), lambda: None, config)
+    assert result.method == "cuda_graph" and result.typical == pytest.approx(205e-6)
+    assert result.clocks["sm_clock_mhz"] == 1980 and result.power_state["power_settled"] is True
+    assert result.contention is not None and result.warmup_calls >= 20 and result.elapsed > 0
+    with pytest.raises(AttributeError, match="read-only"):
+        result.method = "events"  # finished once: nothing outside the timing package rewrites it
