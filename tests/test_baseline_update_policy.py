@@ -250,3 +250,26 @@ def test_rerecording_unchanged_code_from_injected_samples_changes_0_lines_of_the
     assert record(0.97, 0.70, 0.04) == first
     assert record(1.5, 0.62, 0.03) == first  # slower past the tolerance: kept without --gpuperf-accept-slower
     assert record(0.5, 0.62, 0.03) != first  # faster past it: a tighter gate is written
+
+
+def _spread(metrics: list[Metric], spread: float, tolerance: float = 0.25) -> list[Metric]:
+    for metric in metrics[:2]:
+        metric.tolerance = tolerance
+        metric.extra.update(processes=3, process_spread=spread)
+    return metrics
+
+
+def test_a_move_within_the_spread_between_either_recordings_processes_keeps_the_stored_entry() -> None:
+    # As on this project's 2-core VM: unchanged code re-recorded read +30.7% (a one-thread Linear step) while the
+    # new recording's processes spread 37% and the stored one's 22%, at a 25% tolerance.
+    _, read = stored_and_read(_spread(timing(1.0), 0.22))
+    again = _spread(timing(1 / 1.307), 0.37)
+    decisions = plan(again, read, entries_for(again), "cpu")
+    assert all(d.keep for d in decisions.values()), {k: d.why for k, d in decisions.items()}
+    assert decisions["step.throughput"].why == "noise"
+    assert "within the 37% spread between the recordings' processes" in decisions["step.throughput"].detail
+    steady = _spread(timing(1 / 1.307), 0.03)  # the same move from a recording whose processes agree: written
+    decisions = plan(steady, read, entries_for(steady), "cpu")
+    assert not decisions["step.throughput"].keep and decisions["step.throughput"].why == "moved"
+    far = _spread(timing(0.4), 0.37)  # 2.5x faster: past the band, a real change
+    assert plan(far, read, entries_for(far), "cpu")["step.throughput"].why == "moved"

@@ -1,10 +1,10 @@
 """Which re-recorded entries ``--gpuperf-update`` writes and which it keeps byte for byte (the update policy).
 
-A judged entry is rewritten only when its metric moved past its tolerance (judged the way a normal run judges it),
-when how it was measured changed, when it is new, when its spread between processes is too wide to judge its
-tolerance, or when this recording measured more processes; a time/throughput entry that measured slower past its
-tolerance is kept and listed unless slower is accepted. A step's timing family is kept or rewritten together,
-decided by its judged member. :mod:`.update` holds the entries and writes what :func:`plan` decides.
+A judged entry is rewritten only when its metric moved past its tolerance (judged the way a normal run judges it,
+its spread rule included), when how it was measured changed, when it is new, when its spread between processes is
+too wide to judge its tolerance, or when this recording measured more processes; a time/throughput entry that
+measured slower past its tolerance is kept and listed unless slower is accepted. A step's timing family is kept or
+rewritten together, decided by its judged member. :mod:`.update` holds the entries and writes what :func:`plan` decides.
 """
 
 from __future__ import annotations
@@ -89,13 +89,36 @@ def _fewer_processes(metric: Metric, old: dict[str, Any]) -> str | None:
     return f"recorded from {now:.0f} processes (was {before:.0f})"
 
 
+def within_spread(verdict: Verdict, old: dict[str, Any]) -> str | None:
+    """Why a timing entry's move past its tolerance is not evidence, or None when it is.
+
+    The judge's own spread rule (:func:`pytest_gpuperf.judging.evidence.spread_rule`) with the wider of the two
+    recordings' spreads between processes: when whole processes of either recording differ by more than the
+    tolerance, a move inside that band is what re-recording unchanged code on that machine does (a one-thread
+    Linear step on this project's 2-core VM read +30.7% between two recordings whose processes spread 22% and
+    37%), so the stored entry is kept; a time that moved past the band is written (or kept as looser).
+    """
+    from pytest_gpuperf.judging.evidence import Evidence, spread_rule
+
+    metric = verdict.metric
+    spreads = [number_or_none(old.get("process_spread")), number_or_none(metric.extra.get("process_spread"))]
+    widest = max((s for s in spreads if s is not None), default=None)
+    if metric.kind not in _TIMING_KINDS or widest is None:
+        return None
+    if spread_rule(Evidence(verdict, {**old, "process_spread": widest})) is None:
+        return None
+    change = f"{verdict.ratio - 1.0:+.1%}" if isinstance(verdict.ratio, (int, float)) else "its change"
+    return f"{change} lies within the {widest:.0%} spread between the recordings' processes"
+
+
 @dataclasses.dataclass
 class Decision:
     """What an update does with one metric's entry, and why (shown in the summary)."""
 
     keep: bool
     #: moved, new, undecidable, processes, measured, informational, looser (kept: slower, not accepted), within,
-    #: with_time (a class kept because its step's slower time was kept)
+    #: noise (kept: a move within the recordings' spread between processes), with_time (a class kept because its
+    #: step's slower time was kept)
     why: str
     verdict: Verdict | None = None
     detail: str = ""
@@ -129,7 +152,10 @@ def _judged_group(
     verdicts = {m.name: _judged(m, old[m.name], where) for m in deciding if m.name in old}
     if decision is None:
         moved = [v for v in verdicts.values() if v.status in MOVED]
-        if moved and any(_looser(v) for v in moved) and not accept_slower:
+        noise = [why for v in moved if (why := within_spread(v, old[v.metric.name]))]
+        if moved and len(noise) == len(moved):
+            decision = Decision(True, "noise", moved[0], noise[0])
+        elif moved and any(_looser(v) for v in moved) and not accept_slower:
             decision = Decision(True, "looser", next(v for v in moved if _looser(v)))
         elif moved:
             decision = Decision(False, "moved", moved[0])
@@ -165,8 +191,9 @@ def plan(
 ) -> dict[str, Decision]:
     """What an update does with each metric of one test: keep its stored entry or write the new one, and why.
 
-    * A judged entry is rewritten when it is new, measured differently, moved past its tolerance (a slower
-      time/throughput only with ``accept_slower``: otherwise the looser entry is kept and listed), when its
+    * A judged entry is rewritten when it is new, measured differently, moved past its tolerance and past the
+      spread between processes of either recording (:func:`within_spread`; a slower time/throughput only with
+      ``accept_slower``: otherwise the looser entry is kept and listed), when its
       recorded spread between processes is too wide to judge its tolerance, or when this recording measured
       more processes than it was recorded from.
     * An informational entry (recorded, never judged) is written only when it is new or when a judged entry of

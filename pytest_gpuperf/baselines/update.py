@@ -1,7 +1,8 @@
 """What ``--gpuperf-update`` writes: reviewable baselines from tests that passed.
 
 * A judged entry is rewritten only when its metric moved past its tolerance (judged
-  the way a normal run judges it), when how it was measured changed (unit, kind,
+  the way a normal run judges it, its spread rule included: a move within the spread
+  between either recording's processes is kept), when how it was measured changed (unit, kind,
   direction, timing method), when it is new, when its recorded spread between
   processes is too wide to judge its tolerance (such an entry decides nothing), or
   when this recording measured more processes; otherwise the stored entry is kept
@@ -230,6 +231,8 @@ class BaselineUpdater:
                     f"kept, not written: {judged.message}; a slower entry would loosen the gate, so the stored one "
                     f"stays (if the slowdown is intended: {update_command([node_id], accept_slower=True)})"
                 )
+            elif decision.why == "noise" and judged is not None:
+                verdict.message = f"kept: {judged.message}; {decision.detail}"
             else:
                 verdict.message = f"kept: {judged.message}" if judged and judged.message else "kept: within tolerance"
 
