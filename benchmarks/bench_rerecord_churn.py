@@ -59,7 +59,10 @@ def pytest(project: Path, *args: str) -> tuple[int, float, str]:
     started = time.perf_counter()
     done = subprocess.run([*command, *args], cwd=project, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return done.returncode, time.perf_counter() - started, lines[-1] if lines else done.stderr[-200:]
+    # Why an entry was rewritten: the update summary's "old -> new" lines and the record-time spread warnings.
+    why = [line.strip() for line in lines if " -> " in line or "spread between" in line]
+    last = lines[-1] if lines else done.stderr[-200:]
+    return done.returncode, time.perf_counter() - started, "\n      ".join([last, *why])
 
 
 def main() -> None:

@@ -83,11 +83,15 @@ def test_an_entry_whose_recorded_spread_cannot_judge_its_tolerance_is_replaced_b
     _, read = stored_and_read(noisy)
     again = timing(1.0)  # unchanged code: within tolerance, yet the stored entry decides nothing
     for metric in again[:2]:
-        metric.extra.update(processes=3, process_spread=0.02)
+        metric.extra.update(processes=5, process_spread=0.02)  # from more processes, as the warning's command does
     decisions = plan(again, read, entries_for(again), "cpu")
     assert decisions["step.throughput"].why == "undecidable" and not decisions["step.throughput"].keep
     assert "spread between processes (49%) was wider than its 5% tolerance" in decisions["step.throughput"].detail
     assert decisions["step.peak_memory"].keep
+    lucky = timing(1.0)  # as many processes that happened to agree: a luckier draw, not more evidence
+    for metric in lucky[:2]:
+        metric.extra.update(processes=3, process_spread=0.02)
+    assert all(d.keep for d in plan(lucky, read, entries_for(lucky), "cpu").values())
 
 
 def test_an_undecidable_entry_is_kept_when_the_rerecording_spreads_past_the_tolerance_too() -> None:

@@ -59,9 +59,10 @@ def test_a_change_within_the_spread_between_processes_is_inconclusive_and_says_w
         verdict.message
     )
     assert "raise time_tolerance to 20% (@pytest.mark.gpuperf(time_tolerance=0.2))" in verdict.message
-    assert "re-record on a quieter runner with: pytest --gpuperf --gpuperf-update 'test_x.py::test_step[fake]'" in (
-        verdict.message
-    )
+    assert (
+        "re-record on a quieter runner with: pytest --gpuperf --gpuperf-update --gpuperf-processes 5 "
+        "'test_x.py::test_step[fake]' (from 5 processes it replaces an entry that cannot decide)"
+    ) in verdict.message
     assert verdict.reason and verdict.message.endswith(verdict.reason)
     assert not judging.failure_lines(NODE)
     [warning] = judging.warnings_for(NODE)
@@ -171,7 +172,10 @@ def test_a_baseline_from_several_processes_keeps_the_median_process_and_warns_ab
     assert warning is not None and "recorded from 3 processes whose results spread 30%, wider than its 5%" in warning
     assert "later runs of this test are inconclusive" in warning
     assert "(@pytest.mark.gpuperf(time_tolerance=0.3" in warning
-    assert "pytest --gpuperf --gpuperf-update 't.py::t[cpu]' (it replaces an entry that cannot decide)" in warning
+    assert (
+        "pytest --gpuperf --gpuperf-update --gpuperf-processes 5 't.py::t[cpu]' "
+        "(from 5 processes it replaces an entry that cannot decide)"
+    ) in warning
     combined.extra["baseline_kept"] = True  # the file keeps its stored entry: nothing new to warn about
     assert tolerance_warning(combined) is None
 

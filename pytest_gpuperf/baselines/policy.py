@@ -64,11 +64,15 @@ def _families(metrics: list[Metric]) -> dict[str, list[Metric]]:
 
 
 def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
-    """Why the stored timing entry cannot judge ``metric`` at its tolerance (its processes spread wider), or None.
+    """Why the stored timing entry cannot judge ``metric`` at its tolerance (its processes spread wider) and this
+    recording replaces it, or None.
 
-    The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.evidence`), so such an
-    entry gates nothing: a re-record replaces it whatever the new numbers, unless the new recording's processes
-    spread past the tolerance too (then the stored entry is kept like any other that did not move).
+    The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.judging.evidence`), so such
+    an entry gates nothing. A re-record replaces it when its own processes agree within the tolerance **and** it
+    measured more processes than the entry was recorded from (the command the warning suggests does). From as
+    many processes, a narrow spread is a luckier draw of the same noise, not more evidence: on this project's
+    2-core VM a layernorm/softmax step's processes read about 800 or 600 krows/s, a first recording stored 797
+    with a 31% spread, and three plain re-records (two slow processes each, spreads under 25%) each rewrote it.
     """
     spread, tolerance = number_or_none(old.get("process_spread")), metric.tolerance
     if metric.kind not in _TIMING_KINDS or spread is None or tolerance is None or spread <= tolerance:
@@ -78,7 +82,13 @@ def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
         # This recording's processes spread as wide: replacing one entry that gates nothing with another only
         # churns the file (a CPU step whose processes differ 7x by their buffers' 4 KiB aliasing did that each time).
         return None
-    return f"its recorded spread between processes ({spread:.0%}) was wider than its {tolerance:.0%} tolerance"
+    now, before = number_or_none(metric.extra.get("processes")) or 1.0, number_or_none(old.get("processes")) or 1.0
+    if now <= before:
+        return None
+    return (
+        f"its recorded spread between processes ({spread:.0%}) was wider than its {tolerance:.0%} tolerance; "
+        f"recorded again from {now:.0f} processes (was {before:.0f})"
+    )
 
 
 def _fewer_processes(metric: Metric, old: dict[str, Any]) -> str | None:

@@ -85,19 +85,30 @@ def spread_rule(evidence: Evidence) -> Doubt | None:
     # "unchanged" or "improved" run may be a slower step in a fast process). Another run cannot clear it.
     if max(worse, 1.0 / worse) - 1.0 > spread + tolerance:
         return None
-    return SPREAD, spread_fix(spread, tolerance, evidence.node_id, "this test's", "here")
+    recorded = number_or_none((entry or {}).get("processes"))
+    return SPREAD, spread_fix(spread, tolerance, evidence.node_id, "this test's", "here", recorded)
 
 
-def spread_fix(spread: float, tolerance: float, node_id: str, whose: str, when: str) -> str:
+def replacing_processes(recorded: float | None) -> int:
+    """Processes a re-record needs to replace an entry that cannot decide: two more than it was recorded from, so
+    the new spread is more evidence, not a luckier draw (:func:`pytest_gpuperf.baselines.policy.undecidable`)."""
+    return int(recorded or 1) + 2
+
+
+def spread_fix(
+    spread: float, tolerance: float, node_id: str, whose: str, when: str, recorded: float | None = None
+) -> str:
     """A spread between processes too wide for the tolerance: what it means and the two fixes (one a command)."""
     from pytest_gpuperf.commands import update_command
 
     wanted = math.ceil(spread * 20 - 1e-9) / 20  # the next 5% at or above the spread: the band the gate can judge
-    rerecord = f"re-record on a quieter runner with: {update_command([node_id])}" if node_id else f"re-record {QUIETER}"
+    processes = replacing_processes(recorded)
+    command = update_command([node_id], processes=processes)
+    rerecord = f"re-record on a quieter runner with: {command}" if node_id else f"re-record {QUIETER}"
     return (
         f"{whose} spread between processes is {spread:.0%} {when}; a {tolerance:.0%} tolerance cannot be judged on "
         f"this machine: raise time_tolerance to {wanted:.0%} (@pytest.mark.gpuperf(time_tolerance={wanted:g})) or "
-        f"{rerecord} (it replaces an entry that cannot decide)"
+        f"{rerecord} (from {processes} processes it replaces an entry that cannot decide)"
     )
 
 

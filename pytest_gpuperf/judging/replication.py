@@ -102,7 +102,8 @@ def tolerance_warning(metric: Metric, node_id: str = "") -> str | None:
         return (
             f"{metric.name}: recorded from {processes} processes whose results spread {spread:.0%}, wider than its "
             f"{tolerance:.0%} tolerance, so later runs of this test are inconclusive (they fail under "
-            f"--gpuperf-strict); " + spread_fix(spread, tolerance, node_id, "its", "on this machine")
+            f"--gpuperf-strict); "
+            + spread_fix(spread, tolerance, node_id, "its", "on this machine", number_or_none(processes))
         )
     if not isinstance(bound, (int, float)) or bound <= tolerance:
         return None
