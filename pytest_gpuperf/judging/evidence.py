@@ -46,8 +46,12 @@ def _worse(verdict: Verdict) -> float | None:
     return ratio if verdict.metric.better == "lower" else 1.0 / ratio
 
 
-#: Doubts a fresh process can clear (its own run may settle and run uncontended) and those it cannot.
+#: Doubts a fresh process can clear (its own run may settle and run uncontended; a host in another speed state,
+#: :data:`STATE`, may be back in the recording's) and those it cannot.
 CONDITIONS, MACHINE, SPREAD, CONFIRMATION, BOUND = "conditions", "machine", "spread", "confirmation", "bound"
+STATE = "state"
+#: The doubts a confirmation in a fresh process may clear.
+CLEARABLE = (CONDITIONS, STATE)
 
 #: What a rule finds: ``(doubt, reason)``; the reason says what the evidence showed and what would fix it, and its
 #: first clause (up to the first ``"; "``) reads on its own: the verdict column shows only that.
@@ -68,10 +72,21 @@ class Evidence:
 
 
 def clock_rule(evidence: Evidence) -> Doubt | None:
-    """The machine state differed from the baseline's (clocks, throttling): :func:`machine_reason`."""
+    """The machine state differed from the baseline's (clocks, throttling): :func:`machine_reason`.
+
+    A host calibration off by less than one machine's speed states span is :data:`STATE` (a fresh process may
+    read the recording's state and judge); further off, or a GPU's clocks, is :data:`MACHINE`.
+    """
+    from pytest_gpuperf.judging.machine_rule import machine_change, speed_state
+
     verdict = evidence.verdict
-    reason = machine_reason(verdict.metric.extra, evidence.entry, evidence.clock_decided, verdict.tolerance)
-    return (MACHINE, reason) if reason else None
+    extra, tolerance = verdict.metric.extra, verdict.tolerance
+    reason = machine_reason(extra, evidence.entry, evidence.clock_decided, tolerance)
+    if not reason:
+        return None
+    if machine_change(extra, evidence.entry, tolerance) and speed_state(extra, evidence.entry):
+        return STATE, reason
+    return MACHINE, reason
 
 
 def spread_rule(evidence: Evidence) -> Doubt | None:

@@ -19,6 +19,11 @@ from pytest_gpuperf.validate import number_or_none
 MACHINE_FLOOR = 0.10
 #: Most a spread may widen the band (a calibration that moved more than this is no better than this).
 SPREAD_CAP = 0.15
+#: How far one host's calibration moves between its own fresh processes: this project's 2-core VMs read 1.13-1.17x
+#: between processes of one recording, once 1.28x (docs/PERFORMANCE.md). A run off by less than this may be the
+#: recording machine in another speed state, which a fresh process can clear (:func:`speed_state`); two VMs of one
+#: kind differed 2x.
+HOST_STATES = 0.35
 
 
 def band(base_spread: float, run_spread: float, tolerance: float | None = None) -> float:
@@ -70,3 +75,12 @@ def missing_note(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | N
         "its baseline stores no machine calibration (recorded by an older pytest-gpuperf), so a run on another "
         "machine of the same model cannot be told apart: re-record with --gpuperf-update"
     )
+
+
+def speed_state(extra: dict[str, Any], entry: dict[str, Any] | None) -> bool:
+    """True when this run's calibration is off the entry's by less than one host's speed states span
+    (:data:`HOST_STATES`): a fresh process of the same machine may read it within the band and judge."""
+    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
+    if not run or not base or run <= 0 or base <= 0:
+        return False
+    return 1.0 / (1.0 + HOST_STATES) <= run / base <= 1.0 + HOST_STATES

@@ -225,7 +225,7 @@ class Judging:
 
             # The fresh process's own calibration:
             elsewhere = machine_change(metric.extra, entries.get(metric.name), tolerance or None)
-            if elsewhere and again_verdict.status == verdict.status:
+            if elsewhere and again_verdict.status == (verdict.suspected or verdict.status):
                 out.append(inconclusive(verdict, f"{where} agreed, but there {elsewhere}", MACHINE))
                 continue
             out.append(reconcile(verdict, again_verdict, where=where, node_id=context.node_id))
@@ -334,15 +334,16 @@ class Judging:
 def suspects(verdicts: list[Verdict]) -> list[Verdict]:
     """Suspected time/throughput regressions: measured again (in a fresh process when possible) before failing.
 
-    Also those made inconclusive only by their run's conditions (unsettled, contended): another run may clear them.
+    Also those made inconclusive only by their run's conditions (unsettled, contended) or by a host speed state
+    a fresh process may not share (:data:`~pytest_gpuperf.judging.evidence.CLEARABLE`): another run may clear them.
     """
-    from pytest_gpuperf.judging.evidence import CONDITIONS
+    from pytest_gpuperf.judging.evidence import CLEARABLE
 
     return [
         v
         for v in verdicts
         if v.metric.kind in (KIND_TIME, KIND_THROUGHPUT, KIND_HOST)
-        and (v.status == "regression" or (v.suspected == "regression" and v.doubt == CONDITIONS))
+        and (v.status == "regression" or (v.suspected == "regression" and v.doubt in CLEARABLE))
     ]
 
 
