@@ -43,7 +43,8 @@ def test_a_slowdown_within_the_recorded_spread_between_processes_is_inconclusive
     path, doc = baseline(pytester)
     doc["tests"][NODE]["step.time"]["process_spread"] = 9.0  # as if processes had differed 10x on this runner
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    pytester.makepyfile(test_step=STEP.format(work=4))  # 4x the work: past 25%, within 900% + 25%
+    # 3x the work: past 25%, within 900% + 25% (a loaded CI machine read 4x the work as +1061% once: out of that band)
+    pytester.makepyfile(test_step=STEP.format(work=3))
     result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-json", "r.json", "--junitxml", "j.xml")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
