@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Round 6, device call 1 (about 540 s): (1) per-sample clock/power/time traces of bench_verdicts' GEMM at K 4096 and
 # K 4352 (+6%), alternated over 5 fresh processes each, 5 s of load each (what the warm-up criterion and the judged
-# measure should be); (2) the stored-baseline GEMM verdicts with the sustained-state warm-up (3 unchanged, 6 at +6%);
+# measure should be); (2) the stored-baseline GEMM verdicts with the sustained-state warm-up (3 unchanged, 6 at +6%;
+# that warm-up criterion was reverted after this call: it never settled at the cap, see docs/PERFORMANCE.md);
 # (3) A/B of a file of 10 tests next to its stored-baseline run (issue 22).
 source gpu/setup.sh
 mkdir -p $OUT
