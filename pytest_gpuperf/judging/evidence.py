@@ -81,12 +81,11 @@ def clock_rule(evidence: Evidence) -> Doubt | None:
 
     verdict = evidence.verdict
     extra, tolerance = verdict.metric.extra, verdict.tolerance
+    calibrated = machine_change(extra, evidence.entry, tolerance)
+    if calibrated:
+        return (STATE if speed_state(extra, evidence.entry) else MACHINE), calibrated
     reason = machine_reason(extra, evidence.entry, evidence.clock_decided, tolerance)
-    if not reason:
-        return None
-    if machine_change(extra, evidence.entry, tolerance) and speed_state(extra, evidence.entry):
-        return STATE, reason
-    return MACHINE, reason
+    return (MACHINE, reason) if reason else None
 
 
 def spread_rule(evidence: Evidence) -> Doubt | None:

@@ -43,15 +43,15 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None, toleranc
     None also when either side carries no calibration (a GPU timing, a baseline recorded before
     calibrations were stored: see :func:`missing_note`). ``tolerance`` (the metric's) caps the band (:func:`band`).
     """
-    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
-    if not run or not base or run <= 0 or base <= 0:
+    ratio = calibration_ratio(extra, entry)
+    if ratio is None:
         return None
+    run, base = float(extra["calibration"]), float((entry or {})["calibration"])
     allowed = band(
         number_or_none((entry or {}).get("calibration_spread")) or 0.0,
         number_or_none(extra.get("calibration_spread")) or 0.0,
         tolerance,
     )
-    ratio = run / base
     if 1.0 / (1.0 + allowed) <= ratio <= 1.0 + allowed:
         return None
     speed = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
@@ -77,10 +77,16 @@ def missing_note(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | N
     )
 
 
+def calibration_ratio(extra: dict[str, Any], entry: dict[str, Any] | None) -> float | None:
+    """This run's calibration over the entry's, or None when either side carries none (a GPU timing, an old file)."""
+    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
+    if not run or not base or run <= 0 or base <= 0:
+        return None
+    return run / base
+
+
 def speed_state(extra: dict[str, Any], entry: dict[str, Any] | None) -> bool:
     """True when this run's calibration is off the entry's by less than one host's speed states span
     (:data:`HOST_STATES`): a fresh process of the same machine may read it within the band and judge."""
-    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
-    if not run or not base or run <= 0 or base <= 0:
-        return False
-    return 1.0 / (1.0 + HOST_STATES) <= run / base <= 1.0 + HOST_STATES
+    ratio = calibration_ratio(extra, entry)
+    return ratio is not None and 1.0 / (1.0 + HOST_STATES) <= ratio <= 1.0 + HOST_STATES
