@@ -137,8 +137,11 @@ def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: 
             row["cost_per_test_s"] = gp["ab"].get("cost_per_test_s")
             row["wall_per_test_s"] = gp["ab"].get("wall_per_test_s")
             row["processes"] = gp["ab"].get("processes")
+            row["workers"] = gp["ab"].get("workers")  # each worker's seconds and its tests' call seconds
+            row["ab_wall_s"] = gp["ab"].get("wall_s")
     else:
         test = next((t for t in gp.get("tests", []) if t["nodeid"] == node), None)
+        row["call_s"] = {t["nodeid"]: t.get("duration") for t in gp.get("tests", [])}
         if test:
             metric = next((m for m in test["metrics"] if m["metric"] == "step.throughput"), None)
             row["status"] = metric["status"] if metric else test["status"]

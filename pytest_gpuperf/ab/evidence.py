@@ -20,6 +20,23 @@ class WorkerRun:
     data: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the reports show of this worker: side, pair, seconds from "go" to its results, and each test's call
+        seconds (where it spent them)."""
+        durations = {
+            nodeid: round(float(entry["duration"]), 3)
+            for nodeid, entry in (self.data.get("tests") or {}).items()
+            if isinstance(entry, dict) and isinstance(entry.get("duration"), (int, float))
+        }
+        return {
+            "side": self.side,
+            "pair": self.pair,
+            "seconds": round(self.seconds, 3),
+            "tests": self.tests,
+            "failed": self.error is not None,
+            "call_s": durations,
+        }
+
 
 @dataclass
 class TestEvidence:

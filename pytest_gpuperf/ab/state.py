@@ -229,6 +229,8 @@ class AbState:
             "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
             "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
             "wall_per_test_s": outcome.per_test() if outcome else 0.0,
+            "wall_s": round(outcome.wall_s, 3) if outcome else 0.0,
+            "workers": [run.as_dict() for run in runs],
             "worker_errors": [r.error for r in runs if r.error][:4],
         }
 
