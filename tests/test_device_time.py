@@ -256,6 +256,26 @@ def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_th
     assert len(uncapped.samples) == 8 and "min_sample_seconds" not in (uncapped.power_state or {})
 
 
+def test_a_measuring_budget_below_the_capped_span_shortens_it():
+    # An A/B worker measures for --gpuperf-ab-max-time (0.5 s): the span at the cap is that budget, not 1 s.
+    capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))
+    clock = itertools.count(0.0, 0.001)
+    config = MeasureConfig(max_time=0.3, min_samples=8, max_samples=8, target_precision=1e-9)
+    result = TimingResult(samples=[], iters_per_sample=5)
+    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
+    measure_device_time(
+        FakeCuda(),
+        lambda: None,
+        result,
+        SamplingPlan(config, None, deadline=0.3, floor=3, guard=guard),
+        warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+        capture=lambda step, iters: (FakeGraph(iters), ""),
+        watch=capped,
+        now=lambda: next(clock),
+    )
+    assert result.power_state["min_sample_seconds"] == 0.3 and len(result.samples) > 8
+
+
 def test_measure_time_on_cuda_returns_one_finished_record_with_its_instruments_facts(monkeypatch):
     # The loop's CUDA branch end to end, without a GPU: a fake graph capture and a fake NVML behind the defaults.
     import pytest_gpuperf.timing.cuda.device_time as device_time
