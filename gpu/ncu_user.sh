@@ -82,7 +82,7 @@ python3 - "$A" "$B" "$W/B_ncu.log" <<'PY'
 import re, sys
 a, b = (float(x.split()[1]) for x in sys.argv[1:3])
 text = open(sys.argv[3]).read()
-ncu = len(re.findall(r"ncu (compute|memory|latency)-bound", text))
+ncu = len(re.findall(r"^\s*ncu (compute|memory|latency)-bound", text, re.M))  # the verdict lines, not the notes
 skipped = len(re.findall(r"^SKIPPED", text, re.M))
 print("| run | wall (s) | ncu-classified | skipped | ncu cost per test (s) | goal |\n| --- | ---: | ---: | ---: | ---: | --- |")
 print(f"| 5 tests, no ncu | {a:.1f} | - | - | - | |")

@@ -333,6 +333,7 @@ class FakeRunner:
         self.calls: list[tuple[str, int, tuple[str, ...]]] = []
         #: ("spawn" | "stop", side, pair), in order: when each worker was started ahead, and which were stopped.
         self.events: list[tuple[str, str, int]] = []
+        self.wholes: list[bool] = []  # each spawn's ``whole`` (the controller's whole scope)
         runner = self
 
         class Warm:
@@ -342,6 +343,9 @@ class FakeRunner:
             def stop(self) -> None:
                 runner.events.append(("stop", self.side, self.pair))
 
+            def kill(self) -> None:
+                runner.events.append(("kill", self.side, self.pair))
+
             def wait_ready(self, timeout: float) -> None:
                 runner.events.append(("ready", self.side, self.pair))
 
@@ -349,8 +353,9 @@ class FakeRunner:
             def install_worker_plugin(self) -> Path:
                 return Path("/unused")
 
-            def spawn(self, side, pair, selected, full_scope=True):  # type: ignore[no-untyped-def]
+            def spawn(self, side, pair, selected, full_scope=True, whole=False):  # type: ignore[no-untyped-def]
                 runner.events.append(("spawn", side.name, pair))
+                runner.wholes.append(whole)
                 return Warm(side.name, pair)
 
             def finish(self, warm, side, pair, selected):  # type: ignore[no-untyped-def]
@@ -404,6 +409,22 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     assert fake.events.index(("spawn", "A", 2)) < fake.events.index(("run", "B", 1))
     assert ("spawn", "B", 3) in fake.events and ("run", "B", 3) not in fake.events
     assert fake.events[-1][0] == "stop" and len([e for e in fake.events if e[0] == "stop"]) == 8
+
+
+def test_workers_started_before_collection_are_the_first_pairs_and_unused_ones_are_killed() -> None:
+    values = {"A": {"t.py::x": [1.0] * 4}, "B": {"t.py::x": [1.0] * 4}}
+    fake = FakeRunner(values, collected={"A": ["t.py::x"], "B": ["t.py::x"]})
+    fake.runner.prestart()  # the controller's pytest_sessionstart: nothing is selected yet
+    assert fake.events == [("spawn", "A", 0), ("spawn", "B", 0), ("spawn", "B", 1), ("spawn", "A", 1)]
+    assert fake.wholes == [True] * 4  # each collects the controller's whole scope
+    outcome = fake.runner.run(["t.py::x"])
+    assert [c[:2] for c in fake.calls] == [("A", 0), ("B", 0), ("B", 1), ("A", 1)]  # the prestarted ones ran
+    assert [e for e in fake.events if e[0] == "spawn"][4:] == [("spawn", "A", 2), ("spawn", "B", 2)]  # pair 2 ahead
+    assert outcome.evidence["t.py::x"].verdicts[0].status == "unchanged"
+    idle = FakeRunner(values, collected={"A": ["t.py::x"], "B": ["t.py::x"]})
+    idle.runner.prestart()
+    idle.runner.discard()  # no perf test selected: nothing ran, and nobody waits for their start-up
+    assert [e[0] for e in idle.events] == ["spawn"] * 4 + ["kill"] * 4 and idle.calls == []
 
 
 def test_worker_plugin_reports_project_packages_loaded_from_outside_its_side(

@@ -92,11 +92,20 @@ def pytest_configure(config: pytest.Config) -> None:
         state.hand_to_xdist_workers()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the first workers now: their start-up (Python, torch, CUDA) overlaps this process's collection."""
+    state = _state(session.config)
+    if state is not None and not session.config.option.collectonly:
+        state.prestart()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the worktree (the process that created it) and the variables handed to xdist workers."""
+    """Stop unused workers; remove the worktree (the process that created it) and the variables handed to xdist
+    workers."""
     state = _state(config)
     if state is None:
         return
+    state.discard()
     if state.worktree.owned:
         state.hand_to_xdist_workers(clear=True)
     state.worktree.remove()

@@ -156,6 +156,9 @@ class AbRunner:
     #: None: workers run without a cache.
     cache_dir: Path | None = None
     _spawned: list[WarmWorker] = field(default_factory=list, repr=False)
+    #: Workers of the first round pairs started before the controller collected (:meth:`prestart`).
+    _prestarted: list[WarmWorker | None] = field(default_factory=list, repr=False)
+    _began: float = field(default=0.0, repr=False)
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
         """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``."""
@@ -188,18 +191,40 @@ class AbRunner:
         scope = side.scope if pair <= 0 and full_scope else [str(side.rootdir / f) for f in sorted(files)]
         return [s for s in scope if Path(s.split("::", 1)[0]).exists()]
 
-    def spawn(self, side: Side, pair: int, selected: list[str], full_scope: bool = True) -> WarmWorker | None:
+    def prestart(self) -> None:
+        """Start the workers of the minimum round pairs now, on the controller's whole scope, while the controller
+        itself still imports and collects; :meth:`run` adopts them (:meth:`discard` stops them if it never runs)."""
+        self.install_worker_plugin()
+        for index in range(2 * min(self.min_processes, self.max_processes)):
+            pair, side = self._schedule()[index]
+            warm = self.spawn(side, pair, [], whole=True)
+            self._prestarted.append(warm)
+            self._began = self._began or time.perf_counter()
+            if warm is not None:
+                self._spawned.append(warm)
+
+    def discard(self) -> None:
+        """Kill prestarted workers no run adopted (no perf test was selected, collection failed): they measured
+        nothing, and waiting for their start-up to hear "stop" would cost that start-up."""
+        for warm in self._prestarted:
+            if warm is not None:
+                warm.kill()
+        self._prestarted, self._spawned = [], []
+
+    def spawn(
+        self, side: Side, pair: int, selected: list[str], full_scope: bool = True, whole: bool = False
+    ) -> WarmWorker | None:
         """Start a worker of ``side`` that starts up (Python, pytest, imports, collection, CUDA) and then waits.
 
         It measures nothing until :meth:`finish` tells it which tests to run, so its start-up overlaps the other
-        side's measuring. ``selected``: every test it may be asked for (its files are collected); None when
-        there is nothing to collect.
+        side's measuring. ``selected``: every test it may be asked for (its files are collected); ``whole``: collect
+        the controller's whole scope whatever the pair. None when there is nothing to collect.
         """
         stem = self.scratch / f"{side.name}{pair}"
         select, out = stem.with_suffix(".select.json"), stem.with_suffix(".out.json")
         select.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
-        scope = self._scope(side, pair, selected, full_scope)
+        scope = self._scope(side, 0 if whole else pair, selected, full_scope)
         if not scope:
             return None
         env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out), GATE_ENV: "1"}
@@ -257,7 +282,10 @@ class AbRunner:
         """
         self.install_worker_plugin()
         outcome = AbOutcome()
-        started = time.perf_counter()
+        if not full_scope:
+            self.discard()  # an xdist worker's run collects only its tests' files
+        started = self._began or time.perf_counter()  # the prestarted workers' start-up counts too
+        self._began = 0.0
         try:
             self._rounds(nodeids, full_scope, outcome)
         except BaseException:  # Ctrl-C, a signal, an error: every worker and what it started goes, now
@@ -268,12 +296,16 @@ class AbRunner:
             for warm in self._spawned:
                 warm.stop()  # a prestarted worker no round needed, and the exits of the others
         finally:
-            self._spawned = []
+            self._spawned, self._prestarted = [], []
         outcome.wall_s = time.perf_counter() - started
         return outcome
 
     def _order(self, pair: int) -> tuple[Side, Side]:
         return (self.a, self.b) if pair % 2 == 0 else (self.b, self.a)
+
+    def _schedule(self) -> list[tuple[int, Side]]:
+        """(pair, side) of every worker that may run, in order: A B, B A, A B ..."""
+        return [(pair, side) for pair in range(self.max_processes) for side in self._order(pair)]
 
     def _rounds(self, nodeids: list[str], full_scope: bool, outcome: AbOutcome) -> None:
         """The round pairs. The workers of the minimum pairs start up together, and all have started before the
@@ -281,8 +313,8 @@ class AbRunner:
         starts up while the pair before it measures, and is stopped unused when no test needs it."""
         evidence = outcome.evidence
         pending = list(nodeids)
-        schedule = [(pair, side) for pair in range(self.max_processes) for side in self._order(pair)]
-        ahead: dict[int, WarmWorker | None] = {}
+        schedule = self._schedule()
+        ahead: dict[int, WarmWorker | None] = dict(enumerate(self._prestarted))  # started while collecting
 
         def warm_for(index: int) -> WarmWorker | None:
             if index not in ahead and index < len(schedule):

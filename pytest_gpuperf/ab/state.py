@@ -90,6 +90,20 @@ class AbState:
             self.warnings += warnings
         return self.runner
 
+    def prestart(self) -> None:
+        """Start the first round pairs' workers while this process collects (a plain run, not under xdist)."""
+        if self.is_xdist_worker or self.is_xdist_controller:
+            return
+        try:
+            self._runner().prestart()
+        except OSError as exc:  # they start again when the rounds begin, and fail there with their reason
+            self.warnings.append(f"could not start A/B workers ahead of collection: {exc}")
+
+    def discard(self) -> None:
+        """Stop workers started ahead that no run used (nothing to measure, collection failed, --collect-only)."""
+        if self.runner is not None:
+            self.runner.discard()
+
     def hand_to_xdist_workers(self, clear: bool = False) -> None:
         """Put the worktree, its sha and ``--dist`` in the environment xdist workers inherit (``clear``: remove)."""
         if clear:
