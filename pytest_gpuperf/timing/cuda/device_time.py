@@ -55,6 +55,7 @@ def capped_span(config: MeasureConfig) -> float:
     judged time on the H200, where the paired A and B processes weigh it)."""
     return min(CAPPED_SPAN, config.max_time)
 
+
 Capture = Callable[[Callable[[], object], int], tuple[Any, str]]
 KernelSums = Callable[[Callable[[], object], int], tuple[list[float], str]]
 
