@@ -157,6 +157,7 @@ def test_broken_ref_side_is_inconclusive_and_fails_only_under_strict(pytester: p
     out = result.stdout.str()
     result.assert_outcomes(passed=1)
     assert "test_perf.py::test_step[cpu]  inconclusive" in out and "REF's side did not measure" in out
+    assert "(1 A and 1 B ran)" in out  # REF's file cannot import: a second pair could not measure A either
     strict = pytester.runpytest(*FAST_AB, "--gpuperf-strict", "--gpuperf-ab-processes", "2")
     strict.assert_outcomes(failed=1)
     assert "no A measurement" in strict.stdout.str() and "(--gpuperf-strict)" in strict.stdout.str()

@@ -60,7 +60,10 @@ def _table(rows: list[list[str]]) -> list[str]:
 def how_line(summary: dict[str, Any], ref: str | None = None) -> str:
     """How the sides were measured (``ref``: how to show the ref and commit, default as they are)."""
     p = summary["processes"]
-    ran = f"{p['A']} A and {p['B']} B ran" if p["A"] or p["B"] else "started by the pytest-xdist workers"
+    if p["A"] or p["B"]:
+        ran = f"{p['A']} A and {p['B']} B ran"
+    else:
+        ran = "started by the pytest-xdist workers" if summary.get("xdist") else "none ran: no perf test selected"
     shown = ref or f"{summary['ref']} ({summary['sha'][:12]})"
     return (
         f"A = {shown} in a temporary worktree, B = the working tree; alternating "

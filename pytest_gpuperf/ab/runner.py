@@ -4,7 +4,8 @@ Each round pair starts one worker of each side (pair 0: A then B, pair 1: B then
 both sides see the same machine state on average; one worker process runs every selected test
 of its side (``python -m pytest <scope> -p _gpuperf_ab_worker --gpuperf ...``) and writes its
 results as JSON (:mod:`.worker_plugin`). After ``min_processes`` pairs, only the tests that are
-still undecided get more pairs, up to ``max_processes``.
+still undecided get more pairs, up to ``max_processes``; a test whose file REF's side cannot import is settled
+after the first pair (no later pair could measure A).
 """
 
 from __future__ import annotations
@@ -350,6 +351,10 @@ class AbRunner:
             for run in runs.values():
                 tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
                 outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
+            broken = broken_tests(runs["A"], pending) if pair == 0 else set()
+            for nodeid in broken:  # REF's file does not import: no later pair measures A either
+                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+            pending = [n for n in pending if n not in broken]
             pair += 1
             if pair < self.min_processes:
                 continue

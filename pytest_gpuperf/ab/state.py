@@ -241,6 +241,7 @@ class AbState:
                 "max": get_option(self.config, "--gpuperf-ab-max-processes"),
             },
             "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
+            "xdist": self.is_xdist_controller,
             "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
             "wall_per_test_s": outcome.per_test() if outcome else 0.0,
             "wall_s": round(outcome.wall_s, 3) if outcome else 0.0,
