@@ -138,6 +138,18 @@ def observe(mode: str, case: str, document: dict, wall: float, code: int, tail: 
             row["wall_per_test_s"] = gp["ab"].get("wall_per_test_s")
             row["processes"] = gp["ab"].get("processes")
             row["workers"] = gp["ab"].get("workers")  # each worker's seconds and its tests' call seconds
+            row["tests"] = {  # every test's throughput verdict: which ones needed more pairs, and why
+                nodeid: {
+                    "status": t.get("status"),
+                    **{
+                        key: m.get(key)
+                        for m in t.get("metrics", [])
+                        if m.get("metric") == "step.throughput"
+                        for key in ("a_values", "b_values", "pairs", "message")
+                    },
+                }
+                for nodeid, t in (gp["ab"].get("tests") or {}).items()
+            }
             row["ab_wall_s"] = gp["ab"].get("wall_s")
     else:
         test = next((t for t in gp.get("tests", []) if t["nodeid"] == node), None)
