@@ -1,0 +1,105 @@
+"""One A/B worker process: how a side starts it (:class:`Side`), and the started process waiting for its turn.
+
+A gated worker starts up (Python, pytest, imports, collection, CUDA context), prints :data:`READY_LINE` and waits
+on its stdin for "go" (run the tests its select file names) or anything else (exit); it prints :data:`DONE_LINE`
+once its results file is written (:mod:`pytest_gpuperf.ab.worker_plugin`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_gpuperf.distributed.guard import stop_guarded
+
+
+@dataclass
+class Side:
+    """How to start a worker of one side: A (REF's worktree) or B (the working tree)."""
+
+    name: str
+    root: Path
+    cwd: Path
+    rootdir: Path
+    env: dict[str, str]
+    scope: list[str]
+
+
+#: Set in a worker's environment: it waits on stdin after collecting, for "go" (run) or anything else (exit).
+GATE_ENV = "GPUPERF_AB_GATE"
+#: The line a worker prints once its results file is written (it may take a while longer to exit).
+DONE_LINE = "GPUPERF_AB_DONE"
+#: The line a gated worker prints once it has started up (collected, CUDA context made) and waits.
+READY_LINE = "GPUPERF_AB_READY"
+
+
+@dataclass
+class WarmWorker:
+    """A started worker process waiting to be told its tests; its output is read by a thread as it comes."""
+
+    side: Side
+    pair: int
+    proc: subprocess.Popen[str]
+    select: Path
+    out: Path
+    lines: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, name=f"gpuperf-ab-{self.side.name}{self.pair}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.strip() == READY_LINE:
+                self.ready.set()
+            elif line.strip() == DONE_LINE:
+                self.done.set()
+        self.ready.set()
+        self.done.set()  # end of output: it exited
+
+    def output(self) -> str:
+        """What the worker printed so far."""
+        return "".join(line for line in self.lines if line.strip() not in (DONE_LINE, READY_LINE))
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until it has started up and waits for its turn (or exited)."""
+        self.ready.wait(timeout)
+
+    def _tell(self, word: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(word + "\n")
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass  # it exited already (a collection error, say): its output says why
+
+    def release(self, timeout: float) -> bool:
+        """Tell it to run and wait for its results (not for its exit); False when it ran past ``timeout``."""
+        self._tell("go")
+        if self.done.wait(timeout):
+            return True
+        self.kill()
+        return False
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the process to exit (killed after ``timeout``) and for its output."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._reader.join(5.0)
+
+    def stop(self) -> None:
+        """Let an unused worker exit (it is told to), or wait for one that already ran; then it is reaped."""
+        self._tell("stop")
+        self.wait(60.0)
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its guard's group), and reap it."""
+        stop_guarded(self.proc)
