@@ -208,12 +208,6 @@ def main() -> int:
     parser.add_argument(
         "--keep-cache", action="store_true", help="share pytest's cache between runs (roofs measured once)"
     )
-    parser.add_argument(
-        "--record-processes",
-        type=int,
-        default=0,
-        help="--gpuperf-processes of the stored mode's recording (0: the plugin's default)",
-    )
     args = parser.parse_args()
     global KEEP_CACHE
     KEEP_CACHE = args.keep_cache
@@ -224,10 +218,9 @@ def main() -> int:
         make_repo(root, args.device, args.tests)
         report = Path(tmp) / "report.json"
         modes = args.modes.split(",")
-        record = ["--gpuperf-processes", str(args.record_processes)] if args.record_processes else []
         if "stored" in modes:
             _, wall, code, tail = pytest_run(
-                root, args.device, ["--gpuperf-update", "--gpuperf-baselines", "stored", *record], report
+                root, args.device, ["--gpuperf-update", "--gpuperf-baselines", "stored"], report
             )
             print(f"baseline recorded at HEAD in {wall:.1f} s (exit {code})", flush=True)
             if code != 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -226,10 +227,27 @@ def test_this_torchs_profiler_events_yield_the_step_ranges():
     assert all(end > start for start, end in ranges.values())
 
 
+def _capped_run(config: MeasureConfig, deadline: float, now: Callable[[], float]) -> TimingResult:
+    """Graph samples of a no-op step on a fake GPU that NVML reads at its power cap (690 W, sw_power_cap)."""
+    capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))
+    result = TimingResult(samples=[], iters_per_sample=5)
+    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
+    measure_device_time(
+        FakeCuda(),
+        lambda: None,
+        result,
+        SamplingPlan(config, None, deadline=deadline, floor=3, guard=guard),
+        warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+        capture=lambda step, iters: (FakeGraph(iters), ""),
+        watch=capped,
+        now=now,
+    )
+    return result
+
+
 def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_the_samples_say():
     from pytest_gpuperf.timing.cuda.device_time import CAPPED_SPAN
 
-    capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))  # sw_power_cap, 690 W throughout
     ticks = []
     clock = itertools.count(0.0, 0.001)
 
@@ -237,18 +255,7 @@ def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_th
         ticks.append(next(clock))
         return ticks[-1]
 
-    result = TimingResult(samples=[], iters_per_sample=5)
-    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
-    measure_device_time(
-        FakeCuda(),
-        lambda: None,
-        result,
-        SamplingPlan(CONFIG, None, deadline=2.0, floor=3, guard=guard),  # 8 samples would be enough (max_samples 8)
-        warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
-        capture=lambda step, iters: (FakeGraph(iters), ""),
-        watch=capped,
-        now=now,
-    )
+    result = _capped_run(CONFIG, 2.0, now)  # 8 samples would be enough (max_samples 8)
     warmed = result.power_state["power_warmup_seconds"]
     assert result.power_state["min_sample_seconds"] == CAPPED_SPAN and result.stop == "precise"
     assert len(result.samples) > 8 and ticks[-1] >= warmed + CAPPED_SPAN  # sampled for the whole span
@@ -258,21 +265,9 @@ def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_th
 
 def test_a_measuring_budget_below_the_capped_span_shortens_it():
     # An A/B worker measures for --gpuperf-ab-max-time (0.5 s): the span at the cap is that budget, not 1 s.
-    capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))
     clock = itertools.count(0.0, 0.001)
     config = MeasureConfig(max_time=0.3, min_samples=8, max_samples=8, target_precision=1e-9)
-    result = TimingResult(samples=[], iters_per_sample=5)
-    guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
-    measure_device_time(
-        FakeCuda(),
-        lambda: None,
-        result,
-        SamplingPlan(config, None, deadline=0.3, floor=3, guard=guard),
-        warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
-        capture=lambda step, iters: (FakeGraph(iters), ""),
-        watch=capped,
-        now=lambda: next(clock),
-    )
+    result = _capped_run(config, 0.3, lambda: next(clock))
     assert result.power_state["min_sample_seconds"] == 0.3 and len(result.samples) > 8
 
 

@@ -107,11 +107,10 @@ class AbRunner:
         """Start the workers of the minimum round pairs now, on the controller's whole scope, while the controller
         itself still imports and collects; :meth:`run` adopts them (:meth:`discard` stops them if it never runs)."""
         self.install_worker_plugin()
-        for index in range(2 * min(self.min_processes, self.max_processes)):
-            pair, side = self._schedule()[index]
+        self._began = time.perf_counter()
+        for pair, side in self._schedule()[: 2 * min(self.min_processes, self.max_processes)]:
             warm = self.spawn(side, pair, [], whole=True)
             self._prestarted.append(warm)
-            self._began = self._began or time.perf_counter()
             if warm is not None:
                 self._spawned.append(warm)
 
@@ -194,8 +193,6 @@ class AbRunner:
         """
         self.install_worker_plugin()
         outcome = AbOutcome()
-        if not full_scope:
-            self.discard()  # an xdist worker's run collects only its tests' files
         started = self._began or time.perf_counter()  # the prestarted workers' start-up counts too
         self._began = 0.0
         try:
@@ -225,6 +222,7 @@ class AbRunner:
         starts up while the pair before it measures, and is stopped unused when no test needs it."""
         evidence = outcome.evidence
         pending = list(nodeids)
+        broken: set[str] = set()
         schedule = self._schedule()
         ahead: dict[int, WarmWorker | None] = dict(enumerate(self._prestarted))  # started while collecting
 
@@ -249,7 +247,8 @@ class AbRunner:
                 runs[side.name] = self.finish(warm_for(2 * pair + offset), side, pair, pending)
             outcome.runs += [runs[s.name] for s in self._order(pair)]
             if pair == 0:
-                a_has = set(runs["A"].data.get("collected", [])) | broken_tests(runs["A"], nodeids)
+                broken = broken_tests(runs["A"], nodeids)  # REF's file does not import: settled after this pair
+                a_has = set(runs["A"].data.get("collected", [])) | broken
                 b_has = set(runs["B"].data.get("collected", []))
                 if runs["A"].error is None:
                     outcome.new = [n for n in nodeids if n not in a_has]
@@ -262,8 +261,7 @@ class AbRunner:
             for run in runs.values():
                 tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
                 outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
-            broken = broken_tests(runs["A"], pending) if pair == 0 else set()
-            for nodeid in broken:  # REF's file does not import: no later pair measures A either
+            for nodeid in broken.intersection(pending):  # no later pair could measure A either
                 evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
             pending = [n for n in pending if n not in broken]
             pair += 1
