@@ -331,7 +331,8 @@ class FakeRunner:
             return Side(name, Path("/r"), Path("/r"), Path("/r"), {}, ["/r/t.py"])
 
         self.calls: list[tuple[str, int, tuple[str, ...]]] = []
-        #: ("spawn" | "stop", side, pair), in order: when each worker was started ahead, and which were stopped.
+        #: ("spawn" | "ready" | "run" | "exit" | "kill", side, pair), in order: when each worker was started ahead,
+        #: ran, was waited for (a worker that ran) or killed (one that never ran).
         self.events: list[tuple[str, str, int]] = []
         self.wholes: list[bool] = []  # each spawn's ``whole`` (the controller's whole scope)
         runner = self
@@ -339,9 +340,10 @@ class FakeRunner:
         class Warm:
             def __init__(self, side: str, pair: int) -> None:
                 self.side, self.pair = side, pair
+                self.released_at = 0.0
 
-            def stop(self) -> None:
-                runner.events.append(("stop", self.side, self.pair))
+            def wait(self, timeout: float) -> None:
+                runner.events.append(("exit", self.side, self.pair))
 
             def kill(self) -> None:
                 runner.events.append(("kill", self.side, self.pair))
@@ -362,6 +364,7 @@ class FakeRunner:
                 from pytest_gpuperf.ab.runner import WorkerRun
 
                 assert (warm.side, warm.pair) == (side.name, pair)
+                warm.released_at = 1.0
                 runner.events.append(("run", side.name, pair))
                 runner.calls.append((side.name, pair, tuple(selected)))
                 index = sum(1 for c in runner.calls if c[0] == side.name) - 1
@@ -397,7 +400,7 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
     assert outcome.cost("A") == pytest.approx(3.0 / 6)  # three 1 s A runs measured 2 + 2 + 2 tests
     # the workers of the two minimum pairs started up together and had all started before the first measured;
     # every later pair started while the pair before it measured; the fourth pair, which no test needed (both
-    # were decided after three), was stopped without running
+    # were decided after three), was killed without running (a worker told to stop would finish its start-up first)
     first_run = fake.events.index(("run", "A", 0))
     assert [e for e in fake.events[:first_run] if e[0] == "ready"] == [
         ("ready", "A", 0), ("ready", "B", 0), ("ready", "B", 1), ("ready", "A", 1)
@@ -408,7 +411,10 @@ def test_rounds_alternate_and_only_undecided_tests_get_more_processes() -> None:
         assert fake.events.index(("spawn", *following[1:])) < fake.events.index(event)
     assert fake.events.index(("spawn", "A", 2)) < fake.events.index(("run", "B", 1))
     assert ("spawn", "B", 3) in fake.events and ("run", "B", 3) not in fake.events
-    assert fake.events[-1][0] == "stop" and len([e for e in fake.events if e[0] == "stop"]) == 8
+    assert [e for e in fake.events if e[0] in ("exit", "kill")] == [
+        *[("exit", s, p) for s, p in [("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2)]],
+        ("kill", "B", 3), ("kill", "A", 3),
+    ]  # fmt: skip
 
 
 def test_workers_started_before_collection_are_the_first_pairs_and_unused_ones_are_killed() -> None:
@@ -564,7 +570,8 @@ def test_the_paired_rule_leaves_split_pairs_undecided() -> None:
 @pytest.mark.e2e
 def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(tmp_path: Path) -> None:
     """The worker plugin in a real pytest process: started ahead, it collects, waits on stdin, and after "go"
-    runs only the tests the select file names; "stop" makes it exit without running anything."""
+    runs only the tests the select file names; a runner that goes away (stdin closed) makes it exit without running
+    anything."""
     from pytest_gpuperf.ab.runner import AbRunner, Side
 
     (tmp_path / "test_w.py").write_text("def test_a(gpuperf):\n    pass\n\ndef test_b(gpuperf):\n    pass\n")
@@ -582,7 +589,10 @@ def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(
     outcomes = {n: t["outcome"] for n, t in run.data["tests"].items()}
     assert outcomes == {"test_w.py::test_b[cpu]": "passed"}  # only what it was told, once told
     warm.wait(60)
-    unused.stop()
+    assert warm.timeline(0.0).keys() == {"spawned", "ready", "go", "done"}
+    assert unused.proc.stdin is not None
+    unused.proc.stdin.close()  # the runner went away
+    unused.wait(60)
     assert unused.proc.returncode == 0 and not unused.out.exists()  # stopped before running: no results
     assert "A/B worker not needed" in unused.output()
 

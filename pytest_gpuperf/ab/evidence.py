@@ -19,10 +19,12 @@ class WorkerRun:
     tests: int
     data: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    #: Seconds from the A/B run's start to the worker's start, ready, go and done (:meth:`WarmWorker.timeline`).
+    timeline: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """What the reports show of this worker: side, pair, seconds from "go" to its results, and each test's call
-        seconds (where it spent them)."""
+        """What the reports show of this worker: side, pair, seconds from "go" to its results, each test's call
+        seconds (where it spent them) and its timeline in the A/B run."""
         durations = {
             nodeid: round(float(entry["duration"]), 3)
             for nodeid, entry in (self.data.get("tests") or {}).items()
@@ -35,6 +37,7 @@ class WorkerRun:
             "tests": self.tests,
             "failed": self.error is not None,
             "call_s": durations,
+            "timeline": dict(self.timeline),
         }
 
 

@@ -160,6 +160,7 @@ class AbRunner:
         began = time.perf_counter()
         finished = warm.release(self.timeout)
         run.seconds = time.perf_counter() - began
+        run.timeline = warm.timeline(self._began or began)
         output, code = warm.output(), warm.proc.returncode
         if not finished:
             output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
@@ -193,8 +194,7 @@ class AbRunner:
         """
         self.install_worker_plugin()
         outcome = AbOutcome()
-        started = self._began or time.perf_counter()  # the prestarted workers' start-up counts too
-        self._began = 0.0
+        self._began = started = self._began or time.perf_counter()  # the prestarted workers' start-up counts too
         try:
             self._rounds(nodeids, full_scope, outcome)
         except BaseException:  # Ctrl-C, a signal, an error: every worker and what it started goes, now
@@ -203,9 +203,12 @@ class AbRunner:
             raise
         else:
             for warm in self._spawned:
-                warm.stop()  # a prestarted worker no round needed, and the exits of the others
+                if warm.released_at:
+                    warm.wait(self.timeout)  # its results are in: its exit
+                else:
+                    warm.kill()  # no round needed it: it measured nothing, and "stop" would wait for its start-up
         finally:
-            self._spawned, self._prestarted = [], []
+            self._spawned, self._prestarted, self._began = [], [], 0.0
         outcome.wall_s = time.perf_counter() - started
         return outcome
 
@@ -219,7 +222,7 @@ class AbRunner:
     def _rounds(self, nodeids: list[str], full_scope: bool, outcome: AbOutcome) -> None:
         """The round pairs. The workers of the minimum pairs start up together, and all have started before the
         first one measures (no start-up beside a measurement, one start-up's wall time for all); each later pair
-        starts up while the pair before it measures, and is stopped unused when no test needs it."""
+        starts up while the pair before it measures, and is killed unused when no test needs it."""
         evidence = outcome.evidence
         pending = list(nodeids)
         broken: set[str] = set()
@@ -241,7 +244,7 @@ class AbRunner:
         pair = 0
         while pending and pair < self.max_processes:
             runs: dict[str, WorkerRun] = {}
-            warm_for(2 * pair + 2)  # the next pair starts up while this one measures (stopped if not needed)
+            warm_for(2 * pair + 2)  # the next pair starts up while this one measures (killed if not needed)
             warm_for(2 * pair + 3)
             for offset, side in enumerate(self._order(pair)):
                 runs[side.name] = self.finish(warm_for(2 * pair + offset), side, pair, pending)

@@ -34,7 +34,8 @@ _DONE_OUT = os.dup(1) if GATED else -1
 
 
 def _warm_up_cuda() -> None:
-    """Create this process's CUDA context while it waits (the other side is measuring meanwhile)."""
+    """Pay the first test's one-time costs before saying ready: the CUDA context, and what this side's plugin
+    lists (:mod:`pytest_gpuperf.ab.prewarm`, absent in older versions: then only the context)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -42,7 +43,12 @@ def _warm_up_cuda() -> None:
         if torch.cuda.is_available():
             torch.empty(1, device="cuda")
     except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the test itself, with its reason
-        pass
+        return
+    try:
+        from pytest_gpuperf.ab.prewarm import prewarm
+    except ImportError:
+        return
+    _STATE["prewarm_failed"] = prewarm()
 
 
 def _wait_for_turn() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,11 @@ class WarmWorker:
     lines: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
+    #: perf_counter seconds when it was started, said ready, was told to run, and said done (0.0: not yet).
+    spawned_at: float = field(default_factory=time.perf_counter)
+    ready_at: float = 0.0
+    released_at: float = 0.0
+    done_at: float = 0.0
 
     def __post_init__(self) -> None:
         self._reader = threading.Thread(target=self._read, name=f"gpuperf-ab-{self.side.name}{self.pair}", daemon=True)
@@ -57,8 +63,10 @@ class WarmWorker:
         for line in self.proc.stdout:
             self.lines.append(line)
             if line.strip() == READY_LINE:
+                self.ready_at = time.perf_counter()
                 self.ready.set()
             elif line.strip() == DONE_LINE:
+                self.done_at = time.perf_counter()
                 self.done.set()
         self.ready.set()
         self.done.set()  # end of output: it exited
@@ -81,6 +89,7 @@ class WarmWorker:
 
     def release(self, timeout: float) -> bool:
         """Tell it to run and wait for its results (not for its exit); False when it ran past ``timeout``."""
+        self.released_at = time.perf_counter()
         self._tell("go")
         if self.done.wait(timeout):
             return True
@@ -95,10 +104,10 @@ class WarmWorker:
             self.kill()
         self._reader.join(5.0)
 
-    def stop(self) -> None:
-        """Let an unused worker exit (it is told to), or wait for one that already ran; then it is reaped."""
-        self._tell("stop")
-        self.wait(60.0)
+    def timeline(self, origin: float) -> dict[str, float]:
+        """Seconds from ``origin`` (the A/B run's start) to its start, ready, go and done (the ones that happened)."""
+        moments = {"spawned": self.spawned_at, "ready": self.ready_at, "go": self.released_at, "done": self.done_at}
+        return {name: round(at - origin, 3) for name, at in moments.items() if at > 0.0}
 
     def kill(self) -> None:
         """Kill the worker and everything it started (its guard's group), and reap it."""
