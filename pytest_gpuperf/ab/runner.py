@@ -70,6 +70,9 @@ class AbRunner:
     _spawned: list[WarmWorker] = field(default_factory=list, repr=False)
     #: Workers of the first round pairs started before the controller collected (:meth:`prestart`).
     _prestarted: list[WarmWorker | None] = field(default_factory=list, repr=False)
+    #: Workers whose results are in and which may still be exiting: reaped before the next run's first measurement
+    #: and by :meth:`discard` (the controller reports meanwhile).
+    _exiting: list[WarmWorker] = field(default_factory=list, repr=False)
     _began: float = field(default=0.0, repr=False)
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
@@ -116,11 +119,17 @@ class AbRunner:
 
     def discard(self) -> None:
         """Kill prestarted workers no run adopted (no perf test was selected, collection failed): they measured
-        nothing, and waiting for their start-up to hear "stop" would cost that start-up."""
+        nothing, and waiting for their start-up to hear "stop" would cost that start-up. Reap the ones that ran."""
         for warm in self._prestarted:
             if warm is not None:
                 warm.kill()
         self._prestarted, self._spawned = [], []
+        self.reap()
+
+    def reap(self) -> None:
+        """Wait for the exits of the workers that ran (killed after the timeout)."""
+        while self._exiting:
+            self._exiting.pop().wait(self.timeout)
 
     def spawn(
         self, side: Side, pair: int, selected: list[str], full_scope: bool = True, whole: bool = False
@@ -204,7 +213,7 @@ class AbRunner:
         else:
             for warm in self._spawned:
                 if warm.released_at:
-                    warm.wait(self.timeout)  # its results are in: its exit
+                    self._exiting.append(warm)  # its results are in: it exits while the controller reports
                 else:
                     warm.kill()  # no round needed it: it measured nothing, and "stop" would wait for its start-up
         finally:
@@ -238,6 +247,7 @@ class AbRunner:
             return ahead.get(index)
 
         first = [warm_for(i) for i in range(2 * min(self.min_processes, self.max_processes))]
+        self.reap()  # an earlier run's workers (one test per run on a pytest-xdist worker) are gone before measuring
         for warm in first:
             if warm is not None:
                 warm.wait_ready(self.timeout)
