@@ -54,6 +54,11 @@ FAST_AB = [
 ]
 
 
+#: A 5x slowdown decided in the two minimum pairs: the third pair that confirms a regression (CONFIRMING_PAIRS) is
+#: the rounds' rule, covered by test_ab_units.py; here it would only add two more worker processes per run.
+TWO_PAIRS = ["--gpuperf-ab-max-processes", "2"]
+
+
 def git(root: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
     env["GIT_COMMITTER_EMAIL"] = "t@t"
@@ -125,7 +130,7 @@ def test_five_times_the_work_fails_and_new_and_removed_tests_are_listed(pytester
     (root / "test_gone.py").unlink()
     (root / "mylib.py").write_text(LIB.format(work=5))
     (root / "test_fresh.py").write_text(PERF_TEST.format(module="mylib").replace("test_step", "test_fresh"))
-    result = pytester.runpytest(*FAST_AB)
+    result = pytester.runpytest(*FAST_AB, *TWO_PAIRS)
     out = result.stdout.str()
     result.assert_outcomes(failed=1, passed=1)
     assert "test_perf.py::test_step[cpu]  REGRESSION" in out
@@ -141,7 +146,7 @@ def test_src_layout_installed_from_the_working_tree_measures_ref_on_the_a_side(p
     (root / "src" / "pkg" / "core.py").write_text(LIB.format(work=5))
     env_path = os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])
     pytester._monkeypatch.setenv("PYTHONPATH", env_path)
-    result = pytester.runpytest(*FAST_AB)
+    result = pytester.runpytest(*FAST_AB, *TWO_PAIRS)
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "tests/test_perf.py::test_step[cpu]  REGRESSION" in out
@@ -198,7 +203,7 @@ def test_xdist_workers_run_both_sides_of_their_tests_and_the_controller_reports_
     git(root, "commit", "-qm", "old test")
     (root / "test_gone.py").unlink()  # removed with its whole file: no xdist worker ever sees it
     (root / "mylib.py").write_text(LIB.format(work=5))
-    result = pytester.runpytest(*FAST_AB, "-n", "1", "--gpuperf-json", "r.json")
+    result = pytester.runpytest(*FAST_AB, *TWO_PAIRS, "-n", "1", "--gpuperf-json", "r.json")
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "test_perf.py::test_step[cpu]  REGRESSION" in out  # the controller's A/B section, from the worker's report
