@@ -589,6 +589,7 @@ def test_a_gated_worker_waits_for_go_runs_and_says_when_its_results_are_written(
     assert set(run.data["collected"]) == {"test_w.py::test_a[cpu]", "test_w.py::test_b[cpu]"}
     outcomes = {n: t["outcome"] for n, t in run.data["tests"].items()}
     assert outcomes == {"test_w.py::test_b[cpu]": "passed"}  # only what it was told, once told
+    assert run.data["prewarm_failed"] == []  # it paid its first test's one-time costs while it waited
     warm.wait(60)
     assert warm.timeline(0.0).keys() == {"spawned", "ready", "go", "done"}
     assert unused.proc.stdin is not None
@@ -649,3 +650,13 @@ def test_a_timing_regression_seen_in_two_pairs_waits_for_a_third_while_more_can_
     confirmed = judge([207.0, 205.0, 206.0], [157.0, 155.0, 156.0], info=THROUGHPUT, final=False, pairs=three)
     assert confirmed.status == "regression"
     assert judge([207.0, 205.0], [157.0, 155.0], info=THROUGHPUT, final=True).status == "regression"  # no more runs
+
+
+def test_prewarm_names_modules_that_exist_and_fails_nothing_here() -> None:
+    """A renamed module would silently leave its import to the first test again: every listed name must exist."""
+    import importlib.util
+
+    from pytest_gpuperf.ab.prewarm import LAZY_MODULES, prewarm
+
+    assert [name for name in LAZY_MODULES if importlib.util.find_spec(name) is None] == []
+    assert prewarm() == []
