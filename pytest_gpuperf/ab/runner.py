@@ -26,6 +26,8 @@ from pytest_gpuperf.keys import ROOFS_ENV
 
 WORKER_MODULE = "_gpuperf_ab_worker"
 OUTPUT_TAIL = 3000
+#: Seconds a worker that wrote its results gets to exit before it is killed.
+EXIT_TIMEOUT = 60.0
 __all__ = ["AbOutcome", "AbRunner", "Side", "child_env", "environment", "side_scope"]
 
 
@@ -127,9 +129,9 @@ class AbRunner:
         self.reap()
 
     def reap(self) -> None:
-        """Wait for the exits of the workers that ran (killed after the timeout)."""
+        """Wait for the exits of the workers that ran (killed after :data:`EXIT_TIMEOUT`)."""
         while self._exiting:
-            self._exiting.pop().wait(self.timeout)
+            self._exiting.pop().wait(EXIT_TIMEOUT)
 
     def spawn(
         self, side: Side, pair: int, selected: list[str], full_scope: bool = True, whole: bool = False
