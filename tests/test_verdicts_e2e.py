@@ -30,7 +30,9 @@ def test_a_20x_slower_step_fails_after_a_fresh_process_confirms_it(
     pytester.makepyfile(test_step=STEP.format(work=20))
     result = pytester.runpytest("--gpuperf", *fast_args)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*time * > baseline *confirmed in a fresh process (+*"])
+    # "confirmed in a fresh process (+N%)", or, when the first run was itself doubtful (a step that never settled on a
+    # loaded runner), "confirmed in a fresh process after a doubtful first run (...)": failed by the confirmation both
+    result.stdout.fnmatch_lines(["*time * > baseline *confirmed in a fresh process *(*"])
     pytester.makepyfile(test_step=STEP.format(work=1))
     pytester.runpytest("--gpuperf", *unchanged_args).assert_outcomes(passed=1)
 
