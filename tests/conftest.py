@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy  # noqa: F401 - imported here: pytester unloads modules an in-process inner run imported first
 import pytest
+import torch  # noqa: F401 - likewise: a torch dropped that way fails to import again in the same process
 
 from tests.inner_runs import ForkServer, forked_runpytest
 

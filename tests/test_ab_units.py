@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 
-# Imported at collection, before any in-process pytester run: such a run restores sys.modules afterwards, so a torch
-# first imported inside one is dropped, and importing it again in this process fails (prewarm's test needs it).
-import torch  # noqa: F401
-
 from pytest_gpuperf.ab import gitref
 from pytest_gpuperf.ab.evidence import TestEvidence, judge_evidence
 from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath

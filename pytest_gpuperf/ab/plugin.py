@@ -100,8 +100,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop unused workers; remove the worktree (the process that created it) and the variables handed to xdist
-    workers."""
+    """Kill unused workers and reap the ones that ran; remove the worktree (the process that created it) and the
+    variables handed to xdist workers."""
     state = _state(config)
     if state is None:
         return

@@ -100,7 +100,8 @@ class AbState:
             self.warnings.append(f"could not start A/B workers ahead of collection: {exc}")
 
     def discard(self) -> None:
-        """Stop workers started ahead that no run used (nothing to measure, collection failed, --collect-only)."""
+        """Kill workers started ahead that no run used (nothing to measure, collection failed, --collect-only) and
+        wait for the exits of the ones that ran."""
         if self.runner is not None:
             self.runner.discard()
 

@@ -33,7 +33,7 @@ _GATE_IN = os.dup(0) if GATED else -1
 _DONE_OUT = os.dup(1) if GATED else -1
 
 
-def _warm_up_cuda() -> None:
+def _pay_start_up_costs() -> None:
     """Pay the first test's one-time costs before saying ready: the CUDA context, and what this side's plugin
     lists (:mod:`pytest_gpuperf.ab.prewarm`, absent in older versions: then only the context)."""
     torch = sys.modules.get("torch")
@@ -53,7 +53,7 @@ def _warm_up_cuda() -> None:
 
 def _wait_for_turn() -> bool:
     """Block until the runner says go (True) or to exit (False, also when the runner went away)."""
-    _warm_up_cuda()
+    _pay_start_up_costs()
     os.write(_DONE_OUT, b"\nGPUPERF_AB_READY\n")  # started up: the runner lets the first worker measure then
     word = b""
     while not word.endswith(b"\n"):
