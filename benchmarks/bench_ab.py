@@ -76,6 +76,26 @@ CASES = {
     "cuda": {"unchanged": (10, 4096), "slower": (10, 4480), "faster": (10, 3264)},
 }
 NODE = "test_perf.py::test_step[0-{device}]"
+#: ``--log-tests``: a conftest in the benchmark's repository (both sides have it) that appends one JSON line per perf
+#: test to ``$BENCH_AB_TEST_LOG``: process id, when its call ended, its judged value and the timing record's facts
+#: (SM clock, power warm-up). Which test a worker measured first, and at what clock, comes from these lines.
+LOG_CONFTEST = """import json
+import os
+import time
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("BENCH_AB_TEST_LOG")
+    payload = getattr(report, "gpuperf", None)
+    if not path or report.when != "call" or not payload:
+        return
+    for verdict in payload.get("verdicts", []):
+        if verdict["metric"] == "step.throughput":
+            row = {"pid": os.getpid(), "nodeid": report.nodeid, "end": time.time(), "duration": report.duration}
+            row.update(value=verdict["value"], extra=verdict.get("extra", {}))
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\\n")
+"""
 
 
 def git(root: Path, *args: str) -> str:
@@ -84,12 +104,14 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def make_repo(root: Path, device: str, tests: int = 1) -> None:
+def make_repo(root: Path, device: str, tests: int = 1, log_tests: bool = False) -> None:
     """The committed repository at its base state."""
     root.mkdir(parents=True)
     work, k = CASES[device]["unchanged"]
     (root / "mylib.py").write_text(LIB.format(work=work, k=k))
     (root / "test_perf.py").write_text(TEST.format(tests=tests))
+    if log_tests:
+        (root / "conftest.py").write_text(LOG_CONFTEST)
     (root / ".gitignore").write_text("stored/\nempty/\n*.json\n")
     git(root, "init", "-q")
     git(root, "add", ".")
@@ -100,14 +122,17 @@ def make_repo(root: Path, device: str, tests: int = 1) -> None:
 KEEP_CACHE = False
 
 
-def pytest_run(root: Path, device: str, args: list[str], report: Path) -> tuple[dict, float, int, str]:
+def pytest_run(
+    root: Path, device: str, args: list[str], report: Path, test_log: Path | None = None
+) -> tuple[dict, float, int, str]:
     """One pytest subprocess; its JSON report, wall seconds, exit code and output tail."""
     report.unlink(missing_ok=True)
+    env = {**os.environ, "BENCH_AB_TEST_LOG": str(test_log)} if test_log else None
     cmd = [sys.executable, "-m", "pytest", "test_perf.py", "--gpuperf", "--gpuperf-backend", device]
     cmd += [] if KEEP_CACHE else ["-p", "no:cacheprovider"]  # without it every process, each worker too, measures roofs
     cmd += ["-p", "no:randomly", "-q", "--gpuperf-json", str(report), *args]
     began = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - began
     try:
         document = json.loads(report.read_text())
@@ -208,6 +233,9 @@ def main() -> int:
     parser.add_argument(
         "--keep-cache", action="store_true", help="share pytest's cache between runs (roofs measured once)"
     )
+    parser.add_argument(
+        "--log-tests", default="", help="folder for one JSON-lines file per run: every perf test of every process"
+    )
     args = parser.parse_args()
     global KEEP_CACHE
     KEEP_CACHE = args.keep_cache
@@ -215,7 +243,10 @@ def main() -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
         root = Path(tmp) / "repo"
-        make_repo(root, args.device, args.tests)
+        log_dir = Path(args.log_tests) if args.log_tests else None
+        if log_dir:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        make_repo(root, args.device, args.tests, log_tests=bool(log_dir))
         report = Path(tmp) / "report.json"
         modes = args.modes.split(",")
         if "stored" in modes:
@@ -241,7 +272,8 @@ def main() -> int:
                     if mode == "ab":
                         extra = ["--gpuperf-ab", "HEAD", "--gpuperf-ab-max-time", args.ab_max_time]
                         extra += ["--gpuperf-baselines", "empty"]
-                    document, wall, code, tail = pytest_run(root, args.device, extra, report)
+                    log = log_dir / f"{case}-{mode}-{run + 1}.jsonl" if log_dir else None
+                    document, wall, code, tail = pytest_run(root, args.device, extra, report, log)
                     row = observe(mode, case, document, wall, code, tail, node)
                     rows.append(row)
                     change = "-" if row["change"] is None else f"{(row['change'] - 1) * 100:+.1f}%"
