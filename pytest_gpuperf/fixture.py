@@ -127,8 +127,9 @@ class GpuPerf:
             overrides["target_precision"] = self.options["precision"]
         if not self.backend.is_host_cpu():
             # An idle GPU sits at low clocks (345 MHz on the H200) and needs a few hundred ms of load to reach its
-            # boost clock; a short warm-up made the first test of a run read up to 45% slow there.
-            overrides["warmup_time"] = max(config.warmup_time, GPU_WARMUP_SECONDS)
+            # boost clock; a short warm-up made the first test of a run read up to 45% slow there. On CUDA the
+            # power warm-up, when it runs, holds the clock and power instead (timing.sampling.ramp_in_warmup).
+            overrides["gpu_ramp"] = max(config.gpu_ramp, GPU_WARMUP_SECONDS)
         return replace(config, **overrides) if overrides else config
 
     def measure(

@@ -286,3 +286,61 @@ def test_measure_time_on_cuda_returns_one_finished_record_with_its_instruments_f
     assert result.contention is not None and result.warmup_calls >= 20 and result.elapsed > 0
     with pytest.raises(AttributeError, match="read-only"):
         result.method = "events"  # finished once: nothing outside the timing package rewrites it
+
+
+class CountingGraph(FakeGraph):
+    """A fake graph that counts its replays."""
+
+    replays = 0
+
+    def time(self) -> float:
+        CountingGraph.replays += 1
+        return super().time()
+
+
+def test_the_gpu_ramp_is_left_to_the_power_warm_up_and_paid_by_replays_only_when_nvml_cannot_hold_the_state():
+    from pytest_gpuperf.timing.sampling import ramp_in_warmup
+
+    ramped = MeasureConfig(min_samples=8, max_samples=8, target_precision=1e-9, gpu_ramp=0.3)
+    assert ramp_in_warmup("cuda", ramped) == ramped.warmup_time  # the power warm-up will ramp the GPU
+    assert ramp_in_warmup("mps", ramped) == ramp_in_warmup("vulkan", ramped) == 0.3
+    from dataclasses import replace
+
+    assert ramp_in_warmup("cuda", replace(ramped, power_warmup=0.0)) == 0.3
+    assert ramp_in_warmup("cuda", replace(ramped, cuda_graph="off")) == 0.3
+
+    def graph_samples(config: MeasureConfig, watch: ClockWatch) -> int:
+        CountingGraph.replays = 0
+        result = _run(config, capture=lambda step, iters: (CountingGraph(iters), ""), watch=watch)
+        assert result.method == "cuda_graph" and len(result.samples) == 8
+        return CountingGraph.replays
+
+    with_nvml = graph_samples(ramped, _watch())  # the power warm-up ran: no further ramp
+    without_nvml = graph_samples(ramped, ClockWatch(None, "NVML unavailable"))
+    unramped = graph_samples(CONFIG, ClockWatch(None, "NVML unavailable"))
+    # 1 ms per clock read: the 0.3 s ramp is about 150 replays (two reads each) the others do not make
+    assert without_nvml - unramped > 100 and with_nvml < without_nvml
+
+
+def test_without_a_graph_the_gpu_ramp_is_paid_by_eager_calls_before_the_samples():
+    ramped = MeasureConfig(min_samples=8, max_samples=8, target_precision=1e-9, gpu_ramp=0.3)
+    calls = []
+    for config in (CONFIG, ramped):
+        backend = FakeCuda()
+        result = TimingResult(samples=[], iters_per_sample=5)
+        guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
+        clock = itertools.count(0.0, 0.001)
+        measure_device_time(
+            backend,
+            lambda: None,
+            result,
+            SamplingPlan(config, None, deadline=10.0, floor=3, guard=guard),
+            warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+            capture=lambda step, iters: (None, "sync in step"),
+            kernel_sums=lambda step, n: ([], "no CUPTI"),
+            watch=_watch(),
+            now=lambda clock=clock: next(clock),
+        )
+        assert result.method == "events" and len(result.samples) == 8
+        calls.append(backend.calls)
+    assert calls[1] - calls[0] >= 5 * 100  # the ramp's eager calls (5 per time_block), on top of the samples

@@ -59,6 +59,7 @@ from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loo
     StopCheck,
     TimingResult,
     counted,
+    ramp_in_warmup,
     sample_floor,
     sample_loop,
 )
@@ -99,10 +100,11 @@ def new_guard(config: MeasureConfig) -> ContentionGuard:
 
 
 def _warm(backend: Backend, step: Callable[[], object], config: MeasureConfig, timer: TimeBlock) -> WarmupResult:
-    budget = math.inf if counted(config) else max(config.warmup_time, config.warmup_share * config.max_time)
+    min_time = ramp_in_warmup(backend.name, config)
+    budget = math.inf if counted(config) else max(min_time, config.warmup_share * config.max_time)
     return warm_up(
         lambda: timer(step, 1),
-        min_time=config.warmup_time,
+        min_time=min_time,
         min_calls=max(config.min_warmup_calls, config.warmup_calls),
         budget=budget,
         tolerance=config.settle_tolerance,

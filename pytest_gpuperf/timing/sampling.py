@@ -69,6 +69,9 @@ class MeasureConfig:
     wait_share_limit: float = WAIT_SHARE_LIMIT
     #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
     power_warmup: float = 2.5
+    #: GPUs: least seconds of load before the first sample, for an idle GPU's clock ramp (the fixture sets 0.3 s).
+    #: On CUDA the power warm-up replaces it when it runs (:func:`ramp_in_warmup`).
+    gpu_ramp: float = 0.0
     #: CPU: shift the heap by a random spacer between samples (:mod:`pytest_gpuperf.timing.layout`).
     shift_layout: bool = True
 
@@ -327,3 +330,17 @@ def sample_loop(
         result.samples.append(value)
         if criterion.is_finished(result):
             return
+
+
+def power_warmup_planned(config: MeasureConfig) -> bool:
+    """Whether a CUDA step's samples will follow the power warm-up (a graph is tried, the warm-up is on, the
+    counts are free): it holds the GPU's clock and power before sampling, so the ramp need not be paid twice."""
+    return config.power_warmup > 0 and config.cuda_graph != "off" and not counted(config) and not config.l2_flush
+
+
+def ramp_in_warmup(backend_name: str, config: MeasureConfig) -> float:
+    """Least seconds of the step's own warm-up: ``warmup_time``, stretched to ``gpu_ramp`` unless a CUDA power
+    warm-up is planned (which then ramps the GPU; without NVML or a graph the CUDA path ramps by itself)."""
+    if backend_name == "cuda" and power_warmup_planned(config):
+        return config.warmup_time
+    return max(config.warmup_time, config.gpu_ramp)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.stats import median
-from pytest_gpuperf.timing.sampling import POWER_STATE, TimingResult, counted, sample_loop
+from pytest_gpuperf.timing.sampling import POWER_STATE, TimingResult, counted, power_warmup_planned, sample_loop
 from pytest_gpuperf.timing.stop_criterion import StopCriterion
 
 if TYPE_CHECKING:
@@ -114,7 +114,10 @@ def measure_device_time(
                 graph, reason = capture(step, iters)
             else:
                 reason = f"capturing {iters} call(s) of {per_call:.3g} s would take over half the budget"
-        loop = _Loop(eager, result, plan, now, watch)
+        # The GPU's clock ramp the warm-up left to the power warm-up (timing.sampling.ramp_in_warmup): owed when
+        # no power warm-up runs after all (no graph, no NVML reading).
+        owed = max(0.0, config.gpu_ramp - warm.seconds) if power_warmup_planned(config) else 0.0
+        loop = _Loop(eager, result, plan, now, watch, owed, eager_calls)
         if graph is not None:
             _graph_samples(graph, loop)
         else:
@@ -130,6 +133,17 @@ class _Loop:
     plan: SamplingPlan
     now: Callable[[], float]
     watch: ClockWatch
+    #: Seconds of load the GPU's clock ramp still needs when no power warm-up holds its state.
+    ramp: float = 0.0
+    #: Untimed-for-the-record eager calls of the step (the ramp's load without a graph).
+    load: Callable[[], object] = lambda: None
+
+    def ramp_with(self, call: Callable[[], object]) -> float:
+        """Call ``call`` until :attr:`ramp` seconds have passed; the seconds it took."""
+        began = self.now()
+        while self.now() - began < self.ramp:
+            call()
+        return self.now() - began
 
 
 def _graph_samples(graph: Any, loop: _Loop) -> None:
@@ -144,6 +158,8 @@ def _graph_samples(graph: Any, loop: _Loop) -> None:
     try:
         plan = loop.plan
         warmed, capped = _sustain(graph.time, loop.watch, plan.config, result, loop.now)
+        if POWER_STATE not in result.instruments:
+            warmed += loop.ramp_with(graph.time)
         span = capped_span(plan.config) if capped else 0.0
         if capped and POWER_STATE in result.instruments:
             result.instruments[POWER_STATE]["min_sample_seconds"] = span
@@ -182,6 +198,7 @@ def _fallback_samples(step: Callable[[], object], loop: _Loop, kernel_sums: Kern
     eager, result, config, stop_rule = loop.eager, loop.result, loop.plan.config, loop.plan.stop_rule
     deadline, floor, now, watch = loop.plan.deadline, loop.plan.floor, loop.now, loop.watch
     notes = [f"no CUDA graph ({reason})"] if reason else []
+    deadline += loop.ramp_with(loop.load)
     profile = config.cupti and not counted(config)
     eager_part = TimingResult(samples=[])
     eager_deadline = now() + max(0.0, deadline - now()) / 2 if profile else deadline
