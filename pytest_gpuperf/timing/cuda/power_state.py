@@ -5,14 +5,10 @@ below the clock it ran at in the first tenths of a second (measured with ``gpu/c
 a GEMM read 1980 MHz idle, about 1500 MHz from 0.2 s on, and its NVML power, a moving average, rose
 from 90 W to 690 W over the first second). Samples taken inside that transient are faster than the
 ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW` seconds
-while NVML is read after each replay, until the latest window agrees with each of the
-:data:`HELD_WINDOWS` windows before it: SM clock within :data:`CLOCK_STEADY` and power within
-:data:`POWER_STEADY`, capped or not yet (the clock holds at boost for the first tenths of a second while the power
-still climbs). NVML's power is a moving average over about a second, so after a short stall (the hand-off between
-two A/B workers, a new process's first capture) it climbs back slowly: two windows 0.1 s apart agreed within 2%
-at 555-636 W while the same GEMM's sustained power was 685-697 W, and such a first test of an A/B worker read up
-to 7% fast (``gpu/r9_call1.sh``); comparing over 0.2 s catches that climb. A step that never reaches the cap
-(memory- or latency-bound) settles as soon as its clock and power hold. The budget bounds it;
+while NVML is read after each replay, until two consecutive windows agree: SM clock within
+:data:`CLOCK_STEADY` and power within :data:`POWER_STEADY`, capped or not yet (the clock holds at boost for
+the first tenths of a second while the power still climbs). A step that never reaches the cap (memory- or
+latency-bound) settles as soon as its clock and power hold. The budget bounds it;
 what it found (the sustained clock, how long it took, whether it settled) goes into the record.
 """
 
@@ -31,9 +27,6 @@ WINDOW = 0.1
 CLOCK_STEADY = 0.01
 #: ... and whose median power readings differ by at most this (relative) hold the power (power-capped GPUs).
 POWER_STEADY = 0.02
-#: The latest window must hold the state against this many windows before it (0.2 s: a climbing moving average
-#: of the power moves more over two windows than over one).
-HELD_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -77,7 +70,7 @@ def warm_to_sustained(
     budget: float,
     now: Callable[[], float] = time.perf_counter,
 ) -> PowerState:
-    """Replay until the SM clock and the power hold over :data:`HELD_WINDOWS` + 1 windows, within ``budget`` s."""
+    """Replay until the SM clock (and, when capped, the power) holds for two windows, within ``budget`` seconds."""
     start = now()
     windows: list[tuple[float, float, int]] = []
     capped = False
@@ -93,7 +86,7 @@ def warm_to_sustained(
                 break
         capped = capped or bool(reasons & POWER_CAP_MASK)
         windows.append((median(clocks), median(powers), reasons))
-        if len(windows) > HELD_WINDOWS and all(_steady(w, windows[-1]) for w in windows[-1 - HELD_WINDOWS : -1]):
+        if len(windows) >= 2 and _steady(windows[-2], windows[-1]):
             clock, power, _ = windows[-1]
             return PowerState(now() - start, True, clock, power or None, capped)
     last = windows[-1] if windows else None
