@@ -344,3 +344,22 @@ def test_without_a_graph_the_gpu_ramp_is_paid_by_eager_calls_before_the_samples(
         assert result.method == "events" and len(result.samples) == 8
         calls.append(backend.calls)
     assert calls[1] - calls[0] >= 5 * 100  # the ramp's eager calls (5 per time_block), on top of the samples
+
+
+def test_a_gpu_tests_handle_asks_for_the_clock_ramp_instead_of_stretching_every_warm_up() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.context import build_context
+    from pytest_gpuperf.fixture import GPU_WARMUP_SECONDS, GpuPerf
+    from tests.test_judging import NODE, FakeBackend
+
+    judging = SimpleNamespace(settings=SimpleNamespace(measure=MeasureConfig()))
+    gpu = GpuPerf(build_context(NODE, FakeBackend(), {}), judging).measure_config()  # type: ignore[arg-type]
+    assert gpu.gpu_ramp == GPU_WARMUP_SECONDS and gpu.warmup_time == MeasureConfig().warmup_time
+
+    class HostCpu(FakeBackend):
+        def is_host_cpu(self) -> bool:
+            return True
+
+    cpu = GpuPerf(build_context(NODE, HostCpu(), {}), judging).measure_config()  # type: ignore[arg-type]
+    assert cpu.gpu_ramp == 0.0
