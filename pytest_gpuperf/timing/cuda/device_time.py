@@ -135,7 +135,7 @@ class _Loop:
     watch: ClockWatch
     #: Seconds of load the GPU's clock ramp still needs when no power warm-up holds its state.
     ramp: float = 0.0
-    #: Untimed-for-the-record eager calls of the step (the ramp's load without a graph).
+    #: The step's eager calls, not recorded: the ramp's load when there is no graph.
     load: Callable[[], object] = lambda: None
 
     def ramp_with(self, call: Callable[[], object]) -> float:
