@@ -6,6 +6,11 @@ it measured, or a later one (workers of the round pairs for undecided tests run 
 For a throughput, a ratio above 1 is a fast reading.
 
     python benchmarks/ab_first_test_bias.py /path/to/ab10.json [more.json ...]
+    python benchmarks/ab_first_test_bias.py --logs docs/data/r9/tests_call1.jsonl   # bench_ab.py --log-tests lines
+
+With ``--logs`` it reads the per-test lines instead (one per perf test of every worker process, their ``run`` field
+naming the bench run) and adds what the timing record says of the GPU's state at each place: the power its warm-up
+settled at and the SM clock of its samples.
 """
 
 from __future__ import annotations
@@ -34,11 +39,50 @@ def placed_ratios(run: dict[str, Any]) -> list[tuple[str, float]]:
     return out
 
 
+def logged_places(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``bench_ab.py --log-tests`` lines of every measuring process (A/B workers, stored runs) by place in it."""
+    measured = [line for line in lines if line.get("duration", 0) > 0 and line.get("extra")]
+    medians: dict[tuple[str, str], list[float]] = {}
+    for line in measured:
+        medians.setdefault((line.get("run", ""), line["nodeid"]), []).append(line["value"])
+    seen: set[tuple[str, int]] = set()
+    grouped: dict[str, list[dict[str, Any]]] = {"first test": [], "later tests": []}
+    for line in measured:
+        process = (line.get("run", ""), line["pid"])
+        place = "later tests" if process in seen else "first test"
+        seen.add(process)
+        ratio = line["value"] / statistics.median(medians[(line.get("run", ""), line["nodeid"])])
+        grouped[place].append({"ratio": ratio, **line["extra"]})
+    return grouped
+
+
+def print_logged(paths: list[Path]) -> None:
+    """The table of :func:`logged_places` for JSON-lines files."""
+    lines = [json.loads(row) for path in paths for row in path.read_text(encoding="utf-8").splitlines() if row]
+    print("value / the test's median in its run; power its warm-up settled at; SM clock of its samples (medians)")
+    print(f"{'place in its worker':<22} {'n':>4} {'ratio':>7} {'> +4%':>6} {'power W':>8} {'min W':>6} {'MHz':>6}")
+    for place, rows in logged_places(lines).items():
+        if not rows:
+            continue
+        power = [r["sustained_power_w"] for r in rows if isinstance(r.get("sustained_power_w"), (int, float))]
+        clock = [r["sm_clock_mhz"] for r in rows if isinstance(r.get("sm_clock_mhz"), (int, float))]
+        ratio = statistics.median(r["ratio"] for r in rows)
+        share = sum(r["ratio"] > 1.04 for r in rows) / len(rows)
+        print(
+            f"{place:<22} {len(rows):>4} {ratio:>7.3f} {share:>6.0%} {statistics.median(power):>8.1f} "
+            f"{min(power):>6.0f} {statistics.median(clock):>6.0f}"
+        )
+
+
 def main() -> None:
     """Print the table for the given files."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--logs", action="store_true", help="the files are bench_ab.py --log-tests lines")
     args = parser.parse_args()
+    if args.logs:
+        print_logged(args.files)
+        return
     grouped: dict[str, list[float]] = {}
     runs = 0
     for path in args.files:
