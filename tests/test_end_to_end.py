@@ -40,7 +40,9 @@ def baseline_files(pytester: pytest.Pytester) -> list[Path]:
     return sorted((pytester.path / "baselines").glob("*.yaml"))
 
 
-def test_recording_then_an_unchanged_run_passes(pytester: pytest.Pytester, fast_args: list[str]) -> None:
+def test_recording_then_an_unchanged_run_passes(
+    pytester: pytest.Pytester, fast_args: list[str], unchanged_args: list[str]
+) -> None:
     write_perf_test(pytester)
     recorded = pytester.runpytest("--gpuperf-update", *fast_args)
     recorded.assert_outcomes(passed=1)
@@ -53,7 +55,9 @@ def test_recording_then_an_unchanged_run_passes(pytester: pytest.Pytester, fast_
     assert metrics["step.peak_memory"]["value"] >= 2**20
     assert len(metrics["step.time"]["samples"]) >= 3
     assert "samples" not in metrics["step.throughput"]  # derived from the time samples when read
-    again = pytester.runpytest("--gpuperf", "-v", *fast_args, "--gpuperf-cpu-time-tolerance", "1.0")
+    # Unchanged code on a loaded 2-core VM: a fresh process ran it 2.04x slower at a 2x tolerance (CI, 3 Dec), so
+    # its time must not decide here (unchanged_args: 4x); peak memory and the counted work are exact.
+    again = pytester.runpytest("--gpuperf", "-v", *unchanged_args)
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["*gpuperf summary*", "*peak memory*ok*"])
 
