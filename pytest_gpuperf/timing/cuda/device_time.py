@@ -134,9 +134,9 @@ class _Loop:
     now: Callable[[], float]
     watch: ClockWatch
     #: Seconds of load the GPU's clock ramp still needs when no power warm-up holds its state.
-    ramp: float = 0.0
+    ramp: float
     #: The step's eager calls, not recorded: the ramp's load when there is no graph.
-    load: Callable[[], object] = lambda: None
+    load: Callable[[], object]
 
     def ramp_with(self, call: Callable[[], object]) -> float:
         """Call ``call`` until :attr:`ramp` seconds have passed; the seconds it took."""
