@@ -45,10 +45,12 @@ def cpu_step(a):
 
 
 def gemm_inputs(device):
+    # Allocated at the largest K of every case ({k_max}) and sliced: peak memory is the same in every case, so only
+    # the time verdict can catch the slower one.
     gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(8192, K, generator=gen, device=device, dtype=torch.bfloat16)
-    b = torch.randn(K, 8192, generator=gen, device=device, dtype=torch.bfloat16)
-    return a, b
+    a = torch.randn(8192, {k_max}, generator=gen, device=device, dtype=torch.bfloat16)
+    b = torch.randn({k_max}, 8192, generator=gen, device=device, dtype=torch.bfloat16)
+    return a[:, :K], b[:K]
 
 
 def gemm(a, b):
@@ -75,6 +77,8 @@ CASES = {
     "cpu": {"unchanged": (10, 4096), "slower": (15, 4096), "faster": (8, 4096)},
     "cuda": {"unchanged": (10, 4096), "slower": (10, 4480), "faster": (10, 3264)},
 }
+#: The GEMM's operands are allocated at this K in every case and sliced to the case's K (constant peak memory).
+K_MAX = max(k for _, k in CASES["cuda"].values())
 NODE = "test_perf.py::test_step[0-{device}]"
 #: ``--log-tests``: a conftest in the benchmark's repository (both sides have it) that appends one JSON line per perf
 #: test to ``$BENCH_AB_TEST_LOG``: process id, when its call ended, its judged value and the timing record's facts
@@ -108,7 +112,7 @@ def make_repo(root: Path, device: str, tests: int = 1, log_tests: bool = False) 
     """The committed repository at its base state."""
     root.mkdir(parents=True)
     work, k = CASES[device]["unchanged"]
-    (root / "mylib.py").write_text(LIB.format(work=work, k=k))
+    (root / "mylib.py").write_text(LIB.format(work=work, k=k, k_max=K_MAX))
     (root / "test_perf.py").write_text(TEST.format(tests=tests))
     if log_tests:
         (root / "conftest.py").write_text(LOG_CONFTEST)
@@ -264,7 +268,7 @@ def main() -> int:
                 break
             for case in args.cases.split(","):
                 work, k = CASES[args.device][case]
-                (root / "mylib.py").write_text(LIB.format(work=work, k=k))
+                (root / "mylib.py").write_text(LIB.format(work=work, k=k, k_max=K_MAX))
                 if case == "unchanged":
                     git(root, "checkout", "--", "mylib.py")
                 for mode in modes:
