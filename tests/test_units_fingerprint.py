@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_gpuperf.fingerprint import baseline_filename, describe, identity, software_differences
@@ -55,14 +57,32 @@ def test_cpu_brand_comes_from_py_cpuinfo_and_falls_back_to_proc_cpuinfo(monkeypa
     fake = types.ModuleType("cpuinfo")
     fake.get_cpu_info = lambda: {"brand_raw": "AMD EPYC 9654 96-Core Processor"}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cpuinfo", fake)
+    monkeypatch.delenv(cpu.BRAND_ENV, raising=False)
     cpu.cpu_brand.cache_clear()
     assert cpu.cpu_brand() == "AMD EPYC 9654 96-Core Processor"
+    assert os.environ[cpu.BRAND_ENV] == "AMD EPYC 9654 96-Core Processor"  # for the processes this one starts
 
     def broken() -> dict:
         raise RuntimeError("cpuid unavailable")
 
     fake.get_cpu_info = broken  # type: ignore[attr-defined]
+    monkeypatch.delenv(cpu.BRAND_ENV)
     cpu.cpu_brand.cache_clear()
     monkeypatch.setattr(cpu, "_cpu_model_name", lambda: "Fallback CPU")
     assert cpu.cpu_brand() == "Fallback CPU"
     cpu.cpu_brand.cache_clear()
+
+
+def test_a_process_started_by_one_that_read_the_cpu_brand_inherits_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pytest_gpuperf.backends import cpu
+
+    monkeypatch.setenv(cpu.BRAND_ENV, "Inherited CPU 9000")
+    monkeypatch.setitem(sys.modules, "cpuinfo", None)  # an A/B worker, a rank: no CPUID subprocess again
+    monkeypatch.setattr(cpu, "_cpu_model_name", lambda: pytest.fail("the inherited brand is not read again"))
+    cpu.cpu_brand.cache_clear()
+    try:
+        assert cpu.cpu_brand() == "Inherited CPU 9000"
+    finally:
+        cpu.cpu_brand.cache_clear()

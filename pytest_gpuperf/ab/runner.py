@@ -25,6 +25,8 @@ from pytest_gpuperf.distributed.guard import popen_guarded
 from pytest_gpuperf.keys import ROOFS_ENV
 
 WORKER_MODULE = "_gpuperf_ab_worker"
+#: ``python -c`` program of a worker: pytest with the arguments that follow, through the worker plugin's ``main``.
+WORKER_MAIN = f"import sys; from {WORKER_MODULE} import main; main(sys.argv[1:])"
 OUTPUT_TAIL = 3000
 #: Seconds a worker that wrote its results gets to exit before it is killed.
 EXIT_TIMEOUT = 60.0
@@ -78,11 +80,12 @@ class AbRunner:
     _began: float = field(default=0.0, repr=False)
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
-        """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``."""
+        """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``, started
+        through the plugin's ``main`` (pytest, then an exit that skips the interpreter's module teardown)."""
         return [
             sys.executable,
-            "-m",
-            "pytest",
+            "-c",
+            WORKER_MAIN,
             *scope,
             "-p",
             WORKER_MODULE,

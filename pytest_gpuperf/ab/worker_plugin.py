@@ -1,4 +1,6 @@
-"""pytest plugin of an A/B worker process (``python -m pytest ... -p _gpuperf_ab_worker --gpuperf``).
+"""pytest plugin of an A/B worker process (``python -c "...; _gpuperf_ab_worker.main(ARGS)" ... -p
+_gpuperf_ab_worker --gpuperf``: :func:`main` runs pytest and leaves without the interpreter's module teardown).
+PYTEST_DONT_REWRITE: :func:`main` imports this module before pytest's ``-p`` would mark it for assertion rewriting.
 
 Self-contained on purpose: it is copied next to the worker as ``_gpuperf_ab_worker.py`` and must
 load whatever version of pytest-gpuperf the A side (REF) imports, so it only reads the
@@ -14,12 +16,14 @@ load whatever version of pytest-gpuperf the A side (REF) imports, so it only rea
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -177,3 +181,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     partial.replace(path)
     if GATED:
         os.write(_DONE_OUT, b"\nGPUPERF_AB_DONE\n")  # the runner goes on; this process may take a while to exit
+
+
+def main(args: list[str]) -> NoReturn:
+    """The worker process: ``pytest.main(args)``, then an exit without the interpreter's module teardown (about
+    0.5 s of CPU once torch is imported; the results are written and said done before). Non-daemon threads are
+    joined, atexit handlers run and the streams flushed as at a normal exit. (Self-contained, like the rest of this
+    file: ``pytest_gpuperf.distributed.processes.exit_now`` of whichever version the side imports may not exist.)"""
+    if sys.path and sys.path[0] == "":
+        sys.path[0] = os.getcwd()  # what ``python -m pytest`` puts first
+    code = int(pytest.main(args))
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)

@@ -5,19 +5,23 @@
 * :func:`die_with_parent`: ``PR_SET_PDEATHSIG`` (Linux), so a rank dies with its launcher;
 * :func:`make_pool_dir` / :func:`sweep_stale_pool_dirs`: each pool's folder names its owner
   (pid and start time) and is removed when the pool closes; folders of owners that died
-  without cleaning up are swept when the next pool starts.
+  without cleaning up are swept when the next pool starts;
+* :func:`exit_now`: a worker's exit without the interpreter's module teardown.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 POOL_DIR_PREFIX = "gpuperf-pool-"
 OWNER_FILE = "owner"
@@ -100,6 +104,22 @@ def describe_exit(proc: subprocess.Popen[bytes] | None, wait: float = 2.0) -> st
             name = "unknown"
         return f"was killed by signal {-code} ({name})"
     return f"exited with code {code}"
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave a worker process the plugin started, once its results are sent: non-daemon threads are joined,
+    atexit handlers run and the streams are flushed, as at a normal exit, but the interpreter's module teardown is
+    skipped (about 0.5 s of CPU in a process that imported torch, paid by every rank, replica and A/B worker)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def kill_group(pid: int) -> None:

@@ -118,4 +118,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pytest_gpuperf.distributed.processes import exit_now
+
+    exit_now(main())
