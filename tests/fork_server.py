@@ -5,9 +5,9 @@ script, started once per outer pytest process (:mod:`tests.inner_runs` starts it
 and then serves requests on a socket: for each one it forks a child, which becomes what a fresh
 ``python -m pytest ARGS`` started in the request's directory with the request's environment would be (working
 directory, ``os.environ``, ``sys.path`` with ``PYTHONPATH``, ``sys.argv``, ``__main__``, stdio redirected to
-files), runs ``pytest.main(ARGS)`` and exits as an A/B worker or a rank does
-(``pytest_gpuperf.distributed.processes.exit_now``: non-daemon threads joined, atexit handlers, streams flushed, but
-no module teardown, which would cost ~0.5 s of CPU and write to every preloaded page, copying it).
+files), runs ``pytest.main(ARGS)`` and exits as the plugin's workers do (:func:`exit_now`: non-daemon threads
+joined, atexit handlers, streams flushed, but no module teardown, which would cost ~0.5 s of CPU and write to every
+preloaded page, copying it).
 
 The server itself runs no torch operation, so no intra-op or OpenMP thread pool exists when it forks.
 
@@ -18,6 +18,7 @@ Protocol (one JSON object per line): request ``{"args", "cwd", "env", "stdout", 
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import json
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 import types
-from typing import Any
+from typing import Any, NoReturn
 
 #: Imported once in the server, before any fork. Pure imports: none of them runs a torch operation.
 PRELOAD = ("torch", "torch.utils.flop_counter", "numpy", "yaml", "pytest")
@@ -119,6 +120,21 @@ def become_fresh_pytest(request: dict[str, Any], base_path: list[str]) -> list[s
     return args
 
 
+def exit_now(code: int) -> NoReturn:
+    """Leave the child as ``pytest_gpuperf.distributed.processes.exit_now`` leaves a worker (a copy: this script
+    must not depend on the plugin version it serves)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
 def main() -> None:
     """``fork_server.py FD``: serve the connected socket FD."""
     conn = socket.socket(fileno=int(sys.argv[1]))
@@ -135,8 +151,6 @@ def main() -> None:
         return
     args = become_fresh_pytest(request, base_path)
     import pytest
-
-    from pytest_gpuperf.distributed.processes import exit_now
 
     exit_now(int(pytest.main(args)))
 
