@@ -9,8 +9,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -404,3 +406,72 @@ def test_the_parents_plugin_and_ini_options_reach_the_child() -> None:
         "-p", "myplug", "-pother", "-o", "a=b", "--import-mode=importlib", "--confcutdir", "x", "--noconftest",
         "--override-ini=c=d",
     ]  # fmt: skip
+
+
+def test_a_gated_child_waits_for_go_or_stop_and_for_a_parent_that_is_still_there(tmp_path: Path) -> None:
+    from pytest_gpuperf.profiling.ncu_capture import wait_for_gate
+
+    gate = tmp_path / "gate"
+    gate.write_text("go")
+    assert wait_for_gate(gate, os.getpid()) is True
+    gate.write_text("stop")
+    assert wait_for_gate(gate, os.getpid()) is False
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert wait_for_gate(tmp_path / "never-opened", gone.pid) is False  # the parent died: do not wait forever
+
+
+#: A fake ``ncu`` that runs the child command it is given, as ncu does (its own options end at ``--log-file X``).
+PASS_THROUGH_NCU = 'while [ "$1" != "--log-file" ]; do shift; done\nshift 2\nexec "$@"\n'
+#: The child's tests: each marks that it ran; the conftest marks that the child collected them (the hook before
+#: ``pytest_collection_finish``, where the child waits).
+GATED_CHILD_TESTS = """
+from pathlib import Path
+
+def test_a():
+    Path("ran_a").write_text("ran")
+"""
+GATED_CHILD_CONFTEST = """
+from pathlib import Path
+
+def pytest_collection_modifyitems(items):
+    Path("collected").write_text("yes")
+"""
+
+
+def _gated_child(pytester: pytest.Pytester, tmp_path: Path) -> tuple[object, Path]:
+    from pytest_gpuperf.profiling.ncu_capture import start_session
+
+    pytester.makepyfile(test_child=GATED_CHILD_TESTS, conftest=GATED_CHILD_CONFTEST)
+    fake = fake_ncu(tmp_path, PASS_THROUGH_NCU)
+    pending = start_session(
+        str(fake), ["test_child.py::test_a"], "cpu", pytester.path, tmp_path / "out" / "s.csv", gated=True
+    )
+    collected = pytester.path / "collected"
+    for _ in range(6000):  # the child's start-up (python, torch, pytest) on a loaded machine: up to 10 minutes
+        if collected.exists() or pending.proc.poll() is not None:  # type: ignore[attr-defined]
+            break
+        time.sleep(0.1)
+    assert collected.exists(), "the child never finished collecting"
+    return pending, pytester.path / "ran_a"
+
+
+@pytest.mark.e2e
+def test_a_prestarted_ncu_child_collects_then_runs_nothing_until_released(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pending, ran = _gated_child(pytester, tmp_path)
+    time.sleep(1.0)  # time to run the test, if the gate let it through
+    assert pending.proc.poll() is None and not ran.exists()  # type: ignore[attr-defined]
+    with pytest.raises(NcuUnavailable, match=r"profiled no kernels|no usable CSV"):  # the CPU child opens no window
+        pending.finish(600)  # type: ignore[attr-defined]
+    assert ran.read_text() == "ran"  # released: the child ran its test
+
+
+@pytest.mark.e2e
+def test_a_prestarted_ncu_child_that_no_test_released_leaves_without_running_its_tests(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pending, ran = _gated_child(pytester, tmp_path)
+    pending.discard()  # type: ignore[attr-defined]
+    assert pending.proc.returncode == 0 and not ran.exists()  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ What it learned is stashed on the test item for the report.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from pytest_gpuperf.results import Metric
 
 if TYPE_CHECKING:
     from pytest_gpuperf.extensions import MeasureContext
-    from pytest_gpuperf.profiling.ncu_capture import SessionCapture
+    from pytest_gpuperf.profiling.ncu_capture import PendingSession, SessionCapture
     from pytest_gpuperf.profiling.roofline import Roofline
     from pytest_gpuperf.profiling.roofs import RoofProvider
 
@@ -76,6 +77,8 @@ class ProfilingExtension:
         #: Node id -> its ncu test key (absolute file path + the rest of the id), for every test collected here.
         self.ncu_keys: dict[str, str] = {}
         self._ncu_session: SessionCapture | None = None
+        #: The session's ncu child, started at collection and waiting for the first ncu test (:meth:`prestart_ncu`).
+        self._ncu_pending: PendingSession | None = None
         self._ncu_error: str | None = None
 
     def start_item(self, item: pytest.Item | None) -> None:
@@ -177,7 +180,13 @@ class ProfilingExtension:
         together = not self.settings.xdist_worker and node_id in self.ncu_node_ids
         node_ids = self.ncu_node_ids if together else [node_id]
         stem = "ncu-session" if together else self._artifact_stem(node_id)
+        pending, self._ncu_pending = self._ncu_pending, None
         try:
+            if together and pending is not None:
+                self._ncu_session = pending.finish(self.settings.ncu_timeout * max(1, len(node_ids)))
+                return self._ncu_session
+            if pending is not None:
+                pending.discard()
             self._ncu_session = capture_session(
                 ncu,
                 node_ids,
@@ -196,6 +205,37 @@ class ProfilingExtension:
                 self._ncu_error = str(exc)  # the same reason holds for every test of the session
             raise
         return self._ncu_session
+
+    def prestart_ncu(self, ncu: str) -> None:
+        """Start the session's ncu child now, gated: its start-up (ncu, Python, imports, collection, CUDA context)
+        overlaps the measuring of the tests before the first ncu test, which releases it (:meth:`_session_capture`).
+        Not under xdist: a worker captures its own tests one by one."""
+        from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, start_session
+
+        if self.settings.xdist_worker or not self.ncu_node_ids or self._ncu_pending is not None:
+            return
+        try:
+            self._ncu_pending = start_session(
+                ncu,
+                self.ncu_node_ids,
+                "cuda",
+                self.settings.rootdir,
+                self.settings.artifacts_dir / "ncu-session.ncu.csv",
+                self.settings.xdist,
+                invocation_dir=self.settings.invocation_dir,
+                inifile=self.settings.inifile,
+                parent_args=self.settings.invocation_args,
+                keys={n: self.ncu_keys[n] for n in self.ncu_node_ids if n in self.ncu_keys},
+                gated=True,
+            )
+        except NcuUnavailable as exc:
+            self._ncu_error = str(exc)
+
+    def discard_ncu(self) -> None:
+        """Stop a prestarted ncu child that no test released (the session stopped early, or nothing measured)."""
+        pending, self._ncu_pending = self._ncu_pending, None
+        if pending is not None:
+            pending.discard()
 
     @staticmethod
     def _artifact_stem(node_id: str) -> str:
@@ -296,6 +336,26 @@ class NcuChildExtension:
         from pytest_gpuperf.profiling.ncu_capture import ncu_test_key
 
         self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
+        from pytest_gpuperf.profiling.ncu_capture import GATE_ENV
+
+        gate = os.environ.get(GATE_ENV)
+        if gate and not self._wait_for_turn(Path(gate)):
+            session.items[:] = []
+            pytest.exit("ncu child not needed: the parent's session ended before its first ncu test", returncode=0)
+
+    @staticmethod
+    def _wait_for_turn(gate: Path) -> bool:
+        """A prestarted child: make the CUDA context now (while the parent still measures), then wait to run."""
+        from pytest_gpuperf.profiling.ncu_capture import GATE_PARENT_ENV, wait_for_gate
+
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.empty(1, device="cuda")
+        except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the tests, with its reason
+            pass
+        return wait_for_gate(gate, int(os.environ.get(GATE_PARENT_ENV, "0") or 0))
 
     def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
         """The hook: see :meth:`after_measure`."""

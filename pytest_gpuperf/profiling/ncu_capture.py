@@ -45,6 +45,13 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
 ENV_MANIFEST = "GPUPERF_NCU_MANIFEST"
+#: Set for a gated child (:func:`start_session`): the file it waits for before running its tests, and the
+#: parent's pid (a gone parent ends the wait).
+GATE_ENV = "GPUPERF_NCU_GATE"
+GATE_PARENT_ENV = "GPUPERF_NCU_PARENT"
+GATE_POLL_SECONDS = 0.02
+#: How long a discarded child may take to leave before it is killed.
+DISCARD_WAIT_SECONDS = 5.0
 #: The marker kernel that opens each capture window (``torch.cuda._sleep``).
 MARKER_KERNEL = "spin_kernel"
 DEFAULT_TIMEOUT = 300.0
@@ -251,39 +258,170 @@ def capture_session(
     puts it on ``sys.path``, as it did for the parent) with the parent's rootdir, ini file and plugin options.
     ``keys``: each node id's :func:`ncu_test_key` (the child is given those; without them, the node ids).
     """
+    pending = start_session(
+        ncu, node_ids, backend, rootdir, csv_path, xdist, invocation_dir, inifile, parent_args, keys
+    )
+    return pending.finish(timeout)
+
+
+def start_session(
+    ncu: str,
+    node_ids: Sequence[str],
+    backend: str,
+    rootdir: Path,
+    csv_path: Path,
+    xdist: bool = False,
+    invocation_dir: Path | None = None,
+    inifile: Path | None = None,
+    parent_args: Sequence[str] = (),
+    keys: dict[str, str] | None = None,
+    gated: bool = False,
+) -> PendingSession:
+    """Start the ncu child of :func:`capture_session`; ``gated``: it starts up (ncu, Python, imports, collection,
+    CUDA context) and then waits until :meth:`PendingSession.release` (or :meth:`~PendingSession.discard`), so its
+    start-up overlaps the parent's measuring of the tests before the first ncu test."""
+    from pytest_gpuperf.distributed.guard import popen_guarded
+
     keys = dict(keys or {})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     if csv_path.exists():
         csv_path.unlink()
-    with tempfile.TemporaryDirectory(prefix="gpuperf-ncu-") as scratch:
-        manifest_path = Path(scratch) / "windows.jsonl"
-        env = {**os.environ, ENV_MANIFEST: str(manifest_path)}
-        selection = [keys.get(n, n) for n in node_ids]
-        child = child_pytest_args(selection, backend, Path(scratch), xdist, rootdir, inifile, parent_args)
-        command = ncu_prefix(ncu, csv_path) + child
-        started = time.perf_counter()
-        try:
-            done = subprocess.run(
-                command,
-                cwd=invocation_dir or rootdir,
+    scratch = Path(tempfile.mkdtemp(prefix="gpuperf-ncu-"))
+    pending = PendingSession(scratch, csv_path, list(node_ids), keys)
+    env = {**os.environ, ENV_MANIFEST: str(pending.manifest)}
+    if gated:
+        env.update({GATE_ENV: str(pending.gate), GATE_PARENT_ENV: str(os.getpid())})
+    selection = [keys.get(n, n) for n in node_ids]
+    pending.command = ncu_prefix(ncu, csv_path) + child_pytest_args(
+        selection, backend, scratch, xdist, rootdir, inifile, parent_args
+    )
+    if not os.access(ncu, os.X_OK):
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise NcuUnavailable(f"cannot start ncu ({ncu}): not an executable file")
+    try:
+        with open(pending.stdout, "wb") as out, open(pending.stderr, "wb") as err:
+            pending.proc = popen_guarded(
+                pending.command,
                 env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
+                cwd=invocation_dir or rootdir,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
             )
-        except FileNotFoundError as exc:
-            raise NcuUnavailable(f"cannot start ncu ({ncu}): {exc}") from None
+    except OSError as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise NcuUnavailable(f"cannot start ncu ({ncu}): {exc}") from None
+    if not gated:
+        pending.release()
+    return pending
+
+
+@dataclass
+class PendingSession:
+    """A started ncu child: :meth:`release` lets a gated one run, :meth:`finish` waits for its capture."""
+
+    scratch: Path
+    csv_path: Path
+    tests: list[str]
+    keys: dict[str, str]
+    command: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    #: perf_counter seconds when the child was told to run (0.0: not yet).
+    released_at: float = 0.0
+
+    @property
+    def manifest(self) -> Path:
+        """The windows the child opened (:func:`bracket_step` appends to it)."""
+        return self.scratch / "windows.jsonl"
+
+    @property
+    def gate(self) -> Path:
+        """The file a gated child waits for: ``go`` or ``stop``."""
+        return self.scratch / "gate"
+
+    @property
+    def stdout(self) -> Path:
+        """The child's standard output (ncu's and pytest's)."""
+        return self.scratch / "stdout.txt"
+
+    @property
+    def stderr(self) -> Path:
+        """The child's standard error."""
+        return self.scratch / "stderr.txt"
+
+    def _open_gate(self, word: str) -> None:
+        temporary = self.scratch / "gate.tmp"
+        temporary.write_text(word, encoding="utf-8")
+        os.replace(temporary, self.gate)
+
+    def release(self) -> None:
+        """Let the child run its tests (it may still be starting up; it runs as soon as it is ready)."""
+        if not self.released_at:
+            self.released_at = time.perf_counter()
+            self._open_gate("go")
+
+    def finish(self, timeout: float) -> SessionCapture:
+        """Release the child, wait for it (``timeout`` seconds from now) and parse what it captured.
+
+        The capture's ``wall_s`` is the wait from the release on: what the parent's tests paid for it."""
+        self.release()
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self._stop()
             raise NcuUnavailable(
-                f"the ncu session of {len(node_ids)} test(s) ran past {timeout:.0f} s; raise --gpuperf-ncu-timeout"
+                f"the ncu session of {len(self.tests)} test(s) ran past {timeout:.0f} s; raise --gpuperf-ncu-timeout"
             ) from None
-        wall = time.perf_counter() - started
-        manifest = read_manifest(manifest_path)
-    session = parse_session(csv_path, f"{done.stdout}\n{done.stderr}", manifest, wall, command, list(node_ids))
-    session.keys = keys
-    session.output_tail = _tail(f"{done.stdout}\n{done.stderr}", 3)
-    return session
+        finally:
+            output = self._output()
+            manifest = read_manifest(self.manifest)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        wall = time.perf_counter() - self.released_at
+        session = parse_session(self.csv_path, output, manifest, wall, self.command, self.tests)
+        session.keys = self.keys
+        session.output_tail = _tail(output, 3)
+        return session
+
+    def discard(self) -> None:
+        """The session ended before any test needed the capture: tell the child to leave, and make sure it did."""
+        if self.proc is None or self.released_at:
+            return
+        self._open_gate("stop")
+        try:
+            self.proc.wait(DISCARD_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        self._stop()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _stop(self) -> None:
+        from pytest_gpuperf.distributed.guard import stop_guarded
+
+        if self.proc is not None:
+            stop_guarded(self.proc)
+
+    def _output(self) -> str:
+        texts = [
+            p.read_text(encoding="utf-8", errors="replace") if p.exists() else "" for p in (self.stdout, self.stderr)
+        ]
+        return "\n".join(texts)
+
+
+def wait_for_gate(gate: Path, parent: int, poll: float = GATE_POLL_SECONDS) -> bool:
+    """In a gated child: wait until the parent opens the gate; True for "go", False for "stop" or a gone parent."""
+    while True:
+        try:
+            return gate.read_text(encoding="utf-8").strip() == "go"
+        except OSError:
+            pass
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        time.sleep(poll)
 
 
 def parse_session(

@@ -158,6 +158,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ]
     extension.ncu_node_ids = [item.nodeid for item in wanted]
     extension.ncu_keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted}
+    if wanted:
+        from pytest_gpuperf.profiling.ncu_capture import find_ncu
+
+        ncu = find_ncu()
+        if ncu is not None:
+            extension.prestart_ncu(ncu)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the prestarted ncu child if no test released it (``-x``, a crash before the first ncu test)."""
+    extension = session.config.stash.get(EXTENSION_KEY, None)
+    if extension is not None:
+        extension.discard_ncu()
 
 
 def _runs_on_cuda(item: pytest.Item) -> bool:
