@@ -118,9 +118,11 @@ def _inner_runs_read_one_calibration(request: pytest.FixtureRequest, monkeypatch
     """
     if "pytester" not in request.fixturenames or request.node.get_closest_marker("real_calibration"):
         return
+    from pytest_gpuperf.backends.cpu import BRAND_ENV, cpu_brand
     from pytest_gpuperf.timing.calibration import PIN_ENV
 
     monkeypatch.setenv(PIN_ENV, request.getfixturevalue("steady_calibration_value"))
+    monkeypatch.setenv(BRAND_ENV, cpu_brand())  # read once here, not by a CPUID subprocess in every inner run
 
 
 @pytest.fixture
