@@ -333,11 +333,9 @@ class NcuChildExtension:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Name each collected test the way the parent does: by its file's absolute path, not its node id."""
-        from pytest_gpuperf.profiling.ncu_capture import ncu_test_key
+        from pytest_gpuperf.profiling.ncu_capture import GATE_ENV, ncu_test_key
 
         self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
-        from pytest_gpuperf.profiling.ncu_capture import GATE_ENV
-
         gate = os.environ.get(GATE_ENV)
         if gate and not self._wait_for_turn(Path(gate)):
             session.items[:] = []
@@ -355,7 +353,7 @@ class NcuChildExtension:
                 torch.empty(1, device="cuda")
         except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the tests, with its reason
             pass
-        return wait_for_gate(gate, int(os.environ.get(GATE_PARENT_ENV, "0") or 0))
+        return wait_for_gate(gate, int(os.environ[GATE_PARENT_ENV]))  # start_session sets both variables
 
     def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
         """The hook: see :meth:`after_measure`."""

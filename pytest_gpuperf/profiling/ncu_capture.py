@@ -282,6 +282,8 @@ def start_session(
     start-up overlaps the parent's measuring of the tests before the first ncu test."""
     from pytest_gpuperf.distributed.guard import popen_guarded
 
+    if not os.access(ncu, os.X_OK):  # the guard would start, then fail to run it: say why here
+        raise NcuUnavailable(f"cannot start ncu ({ncu}): not an executable file")
     keys = dict(keys or {})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     if csv_path.exists():
@@ -295,9 +297,6 @@ def start_session(
     pending.command = ncu_prefix(ncu, csv_path) + child_pytest_args(
         selection, backend, scratch, xdist, rootdir, inifile, parent_args
     )
-    if not os.access(ncu, os.X_OK):
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise NcuUnavailable(f"cannot start ncu ({ncu}): not an executable file")
     try:
         with open(pending.stdout, "wb") as out, open(pending.stderr, "wb") as err:
             pending.proc = popen_guarded(
