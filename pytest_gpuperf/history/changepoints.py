@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Default significance of one split test: one false alarm in 200 flat series.
-DEFAULT_ALPHA = 0.005
+#: Default significance of one split test: about one false alarm in 330 flat series.
+DEFAULT_ALPHA = 0.003
 #: Simulated flat series per length; a p-value's resolution is 1 / (SIMULATIONS + 1).
 SIMULATIONS = 20000
 #: chi-square(1) at 95%: how much worse a split's fit may be and still be in the location's range.
