@@ -30,7 +30,7 @@ class AdapterInfo:
     features: frozenset[str]
 
     def describe(self) -> str:
-        """``0: NVIDIA H200 | Vulkan | DiscreteGPU | timestamps``."""
+        """``0: NVIDIA GeForce RTX 4090 | Vulkan | DiscreteGPU | timestamps``."""
         stamps = "timestamps" if self.timestamp_query else "no timestamps"
         return f"{self.index}: {self.name} | {self.backend} | {self.device_type} | {stamps}"
 
@@ -80,7 +80,7 @@ class AdapterSelectionError(LookupError):
 
 
 def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
-    """Pick by INDEX (``0``), TYPE (``DiscreteGPU``, ``cpu``) or NAME substring (``H200``).
+    """Pick by INDEX (``0``), TYPE (``DiscreteGPU``, ``cpu``) or NAME substring (``RTX``).
 
     An empty ``spec`` picks the most GPU-like adapter (discrete first, CPU last),
     the lower index on a tie.
