@@ -83,7 +83,7 @@ def measure_calibration(repeats: int = REPEATS, calls: int = CALLS, size: int = 
     """Time the fixed kernel (one torch thread, random inputs, a preallocated output) and summarize it."""
     import torch
 
-    from pytest_gpuperf.backends.cpu_threads import measuring_threads
+    from pytest_gpuperf.timing.threads import measuring_threads
 
     started = time.perf_counter()
     generator = torch.Generator(device="cpu").manual_seed(20261201)
