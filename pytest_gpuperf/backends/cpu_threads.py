@@ -2,8 +2,8 @@
 
 Like ``torch.utils.benchmark.Timer``, CPU steps are timed with one intra-op torch
 thread by default: on a shared runner several threads swing with the
-neighbours' load (one baseline's samples spread 63x with the default threads;
-18 of 19 runs were clean with one). The count is recorded in the CPU
+neighbours' load by far more than one thread does (``docs/PERFORMANCE.md``
+has the figures). The count is recorded in the CPU
 fingerprint (``threads``) and the user's own setting is restored after each
 measurement. ``0`` leaves torch's thread count as the test set it.
 """

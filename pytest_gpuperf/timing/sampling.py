@@ -42,8 +42,8 @@ class MeasureConfig:
 
     #: The warm-up lasts at least this long and makes at least ``warmup_calls`` calls (within its budget).
     warmup_time: float = 0.05
-    #: A transient can be flat for a while (``x * 2`` on 64K floats: ~100 calls of 8 ms, then 4.5 us), so the
-    #: warm-up makes this many calls when its budget allows, then continues while calls still trend.
+    #: A transient can be flat for a while (an elementwise op: a hundred slow calls, then a thousand times
+    #: faster), so the warm-up makes this many calls when its budget allows, then continues while calls still trend.
     warmup_calls: int = 200
     #: Warm-up calls when every decision must be a count (distributed lockstep).
     min_warmup_calls: int = 2
