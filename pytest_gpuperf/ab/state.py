@@ -52,12 +52,12 @@ class AbState:
             worktree = Worktree(ref, os.environ.get(ENV_SHA, ""), tree, Path(shared), owned=False)
         else:
             worktree = Worktree.create(tree, ref)
-        minimum = get_option(config, "--gpuperf-ab-processes")
-        maximum = get_option(config, "--gpuperf-ab-max-processes")
+        minimum = get_option(config, "gpuperf_ab_processes")
+        maximum = get_option(config, "gpuperf_ab_max_processes")
         if maximum < minimum:
             worktree.remove()
             raise pytest.UsageError(
-                f"--gpuperf-ab-max-processes ({maximum}) must be at least --gpuperf-ab-processes ({minimum})"
+                f"gpuperf_ab_max_processes ({maximum}) must be at least gpuperf_ab_processes ({minimum})"
             )
         return cls(config, session, worktree, tree)
 

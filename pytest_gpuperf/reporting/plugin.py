@@ -39,9 +39,9 @@ REPORTING_OPTIONS: list[tuple[Any, ...]] = [
         "write a Markdown PR summary to this file; also appended to $GITHUB_STEP_SUMMARY when that is set",
         {"metavar": "PATH"},
     ),
-    ("--gpuperf-no-step-summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
+    ("gpuperf_no_step_summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
     (
-        "--gpuperf-plot",
+        "gpuperf_plot",
         "str",
         "",
         "write one roofline PNG per device into this folder (needs matplotlib)",
@@ -53,8 +53,8 @@ COLLECTOR_NAME = "gpuperf-reporting"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the reporting flags and their ini twins."""
-    add_options(parser, REPORTING_OPTIONS)
+    """Register the reporting flags and ini keys."""
+    add_options(parser, REPORTING_OPTIONS, "reports")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -156,7 +156,7 @@ class ReportCollector:
         try:
             written, notes = write_rooflines(records, directory, root, label)
         except PlotUnavailable as exc:
-            self.lines.append(f"--gpuperf-plot {self._display(directory)}: {exc}")
+            self.lines.append(f"gpuperf_plot {self._display(directory)}: {exc}")
             return []
         self.lines += notes
         self.lines += [f"roofline plot: {self._display(p)}" for p in written]

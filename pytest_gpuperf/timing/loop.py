@@ -158,7 +158,7 @@ def _measure(
         else:
             result.method_note = (
                 f"the step blocks (its thread computed for {warm.cpu_share:.1%} of the wall time) but "
-                "--gpuperf-cpu-clock=thread counts only its CPU time: waiting is not in these numbers"
+                "gpuperf_cpu_clock=thread counts only its CPU time: waiting is not in these numbers"
             )
     iters = iters_for(per_call, warm.wall_per_call, config.min_sample_time)
     result.iters_per_sample = iters

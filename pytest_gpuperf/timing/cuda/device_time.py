@@ -108,7 +108,7 @@ def measure_device_time(
                 watch.read()
             return value
 
-        graph, reason = None, "--gpuperf-cuda-graph off"
+        graph, reason = None, "gpuperf_cuda_graph=off"
         if config.cuda_graph != "off":
             if counted(config) or (iters + 3) * per_call <= config.max_time / 2:
                 graph, reason = capture(step, iters)
