@@ -24,7 +24,12 @@ VULKAN_OPTIONS: list[tuple[Any, ...]] = [
         "(DiscreteGPU, IntegratedGPU, CPU); default: the most GPU-like one",
         {"metavar": "DEVICE"},
     ),
-    ("gpuperf_vulkan_adapters", "bool", False, "list the Vulkan/Metal adapters wgpu finds, then exit"),
+    (
+        "gpuperf_vulkan_adapters",
+        "bool",
+        False,
+        "list the Vulkan/Metal adapters wgpu finds, then exit (for one run: -o gpuperf_vulkan_adapters=true)",
+    ),
 ]
 
 
