@@ -7,7 +7,7 @@ mkdir -p $OUT/baselines /tmp/gpu-baselines
 cp baselines/cuda-*.yaml /tmp/gpu-baselines/ 2>/dev/null
 run() {
   timeout 170 python3 -m pytest perf_tests -q -p no:cacheprovider --gpuperf-backend cuda \
-    --gpuperf-baselines=/tmp/gpu-baselines "$@" 2>&1 | grep -v USDT | tail -25
+    -o gpuperf_baselines=/tmp/gpu-baselines "$@" 2>&1 | grep -v USDT | tail -25
 }
 for round in 1 2 3; do
   cp /tmp/gpu-baselines/cuda-*.yaml /tmp/before.yaml 2>/dev/null || : > /tmp/before.yaml

@@ -36,7 +36,7 @@ def test_linear(gpuperf):
         gpuperf.measure(step)
 PY
 cd "$proj"
-args="--gpuperf --gpuperf-backend cuda --gpuperf-processes 1 --gpuperf-max-time 0.3 -p no:randomly -p no:cacheprovider -rA"
+args="--gpuperf --gpuperf-backend cuda -o gpuperf_processes=1 -o gpuperf_max_time=0.3 -p no:randomly -p no:cacheprovider -rA"
 echo "== record"; SYNC=0 python3 -m pytest $args --gpuperf-update 2>&1 | tail -4
 grep -A2 "host_syncs" baselines/*.yaml | head -6
 echo "== with one .item() per step (expect failed on host_syncs)"; SYNC=1 python3 -m pytest $args 2>&1 | grep -E "host_sync|FAILED|passed|failed" | head -8

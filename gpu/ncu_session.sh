@@ -48,7 +48,7 @@ def test_gelu(gpuperf):
     gpuperf.measure(lambda: torch.nn.functional.gelu(x))
 PY
 ARGS=(gpu_ncu_session_tests/test_ncu5.py -p no:randomly --gpuperf --gpuperf-update --gpuperf-backend cuda
-      --gpuperf-max-time 0.5 --gpuperf-baselines "$W/baselines" --gpuperf-artifacts "$W/artifacts" -rs)
+      -o gpuperf_max_time=0.5 -o gpuperf_baselines="$W/baselines" -o gpuperf_artifacts="$W/artifacts" -rs)
 A=$(run A_plain); echo "$A"
 B=$(run B_ncu5 --gpuperf-ncu); echo "$B"
 C=$(run C_ncu1 --gpuperf-ncu -k test_gemm); echo "$C"

@@ -23,16 +23,16 @@ stamp() { echo "[$(( $(date +%s) - START )) s] $*"; }
 cat "$W/env.txt"
 
 COMMON=(-p no:cacheprovider -p no:randomly --gpuperf --gpuperf-update --gpuperf-backend cuda
-        --gpuperf-artifacts "$W/artifacts" --gpuperf-max-time 1.0 -rs)
+        -o gpuperf_artifacts="$W/artifacts" -o gpuperf_max_time=1.0 -rs)
 
 stamp "A: perf suite with --gpuperf-profile"
-timeout 60 $PY -m pytest perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-profile --gpuperf-baselines "$W/baselines-A" \
+timeout 60 $PY -m pytest perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-profile -o gpuperf_baselines="$W/baselines-A" \
   > "$W/A_profile.log" 2>&1
 echo "A exit $?"; tail -n 25 "$W/A_profile.log"
 
 stamp "B: kernel tests with --gpuperf-ncu"
-timeout 100 $PY -m pytest perf_tests/test_seed_kernels.py -k "not minillm" "${COMMON[@]}" --gpuperf-ncu --gpuperf-ncu-timeout 35 \
-  --gpuperf-baselines "$W/baselines-B" > "$W/B_ncu.log" 2>&1
+timeout 100 $PY -m pytest perf_tests/test_seed_kernels.py -k "not minillm" "${COMMON[@]}" --gpuperf-ncu -o gpuperf_ncu_timeout=35 \
+  -o gpuperf_baselines="$W/baselines-B" > "$W/B_ncu.log" 2>&1
 echo "B exit $?"; grep -E "ncu|analytic|SKIPPED|passed|failed" "$W/B_ncu.log" | head -40
 
 stamp "C: analytic vs ncu table"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU run of the reporting feature (issue 7), from the repo root on one H200:
 #   A. record CUDA baselines of the seed kernels into a scratch git repository (committed = the "base branch");
-#   B. judge against them with --gpuperf-json/--gpuperf-markdown/--gpuperf-plot/--junitxml and $GITHUB_STEP_SUMMARY;
+#   B. judge against them with --gpuperf-json/--gpuperf-markdown/-o gpuperf_plot/--junitxml and $GITHUB_STEP_SUMMARY;
 #      then `pytest-benchmark compare` reads the JSON;
 #   C. "PR" that loosens one baseline and drops another: judged with --gpuperf-baseline-ref HEAD (base's numbers),
 #      the report lists the changed entries;
@@ -17,7 +17,7 @@ START=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - START )) s] $*"; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 TESTS=perf_tests/test_seed_kernels.py
-COMMON=(-p no:cacheprovider -p no:randomly --gpuperf-backend cuda --gpuperf-max-time 0.6 --gpuperf-baselines "$REPO/baselines")
+COMMON=(-p no:cacheprovider -p no:randomly --gpuperf-backend cuda -o gpuperf_max_time=0.6 -o gpuperf_baselines="$REPO/baselines")
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$W/env.txt" 2>&1
 $PY -c "import torch, matplotlib; print('torch', torch.__version__, 'matplotlib', matplotlib.__version__)" >> "$W/env.txt" 2>&1
@@ -32,7 +32,7 @@ git -C "$REPO" init -q -b main && git -C "$REPO" add -A \
 stamp "B: judge with every report"
 export GITHUB_STEP_SUMMARY="$W/step_summary.md"
 timeout 45 $PY -m pytest $TESTS "${COMMON[@]}" --gpuperf -rs \
-  --gpuperf-json "$W/report.json" --gpuperf-markdown "$W/summary.md" --gpuperf-plot "$W/plots" \
+  --gpuperf-json "$W/report.json" --gpuperf-markdown "$W/summary.md" -o gpuperf_plot="$W/plots" \
   --junitxml "$W/junit.xml" > "$W/B_judge.log" 2>&1
 echo "B exit $?"; sed -n '/gpuperf reports/,$p' "$W/B_judge.log" | head -12
 timeout 15 $PY -m pytest_benchmark compare "$W/report.json" > "$W/B_benchmark_compare.txt" 2>&1

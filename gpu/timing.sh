@@ -9,6 +9,6 @@ for i in 1 2 3 4; do timeout 40 python3 gpu/timing_processes.py $i 2>&1 | grep p
 timeout 80 python3 -m pytest tests/test_measure_cuda.py tests/test_device_time.py -q -p no:cacheprovider 2>&1 | grep -v USDT | tail -15 | tee $OUT/timing/tests.txt
 for mode in --gpuperf-update ""; do
   timeout 40 python3 -m pytest perf_tests/test_seed_kernels.py::test_linear_fp16_forward_backward -q -p no:cacheprovider \
-    --gpuperf $mode --gpuperf-backend cuda --gpuperf-baselines /tmp/timing-baselines -v 2>&1 | grep -v USDT | tail -20 | tee -a $OUT/timing/seed.txt
+    --gpuperf $mode --gpuperf-backend cuda -o gpuperf_baselines=/tmp/timing-baselines -v 2>&1 | grep -v USDT | tail -20 | tee -a $OUT/timing/seed.txt
 done
 cp /tmp/timing-baselines/*.yaml $OUT/timing/ 2>/dev/null
