@@ -238,10 +238,10 @@ class AbState:
             "processes": {
                 "A": sum(1 for r in runs if r.side == "A"),
                 "B": sum(1 for r in runs if r.side == "B"),
-                "min": get_option(self.config, "--gpuperf-ab-processes"),
-                "max": get_option(self.config, "--gpuperf-ab-max-processes"),
+                "min": get_option(self.config, "gpuperf_ab_processes"),
+                "max": get_option(self.config, "gpuperf_ab_max_processes"),
             },
-            "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
+            "max_time": get_option(self.config, "gpuperf_ab_max_time"),
             "xdist": self.is_xdist_controller,
             "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
             "wall_per_test_s": outcome.per_test() if outcome else 0.0,

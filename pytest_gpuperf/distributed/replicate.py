@@ -209,7 +209,7 @@ def replica_pool(config: pytest.Config) -> ReplicaPool:
 
     pool = config.stash.get(REPLICAS_KEY, None)
     if pool is None:
-        pool = ReplicaPool(start_timeout=float(get_option(config, "--gpuperf-dist-start-timeout")))
+        pool = ReplicaPool(start_timeout=float(get_option(config, "gpuperf_dist_start_timeout")))
         config.stash[REPLICAS_KEY] = pool
     return pool
 
@@ -240,5 +240,5 @@ def run_in_fresh_processes(item: pytest.Item, processes: int = 1, *, timeout: fl
         task = task_for(item, backend, session.settings, lockstep=False)
     except TaskError as exc:
         raise ReplicaError(str(exc)) from None
-    limit = float(timeout if timeout is not None else get_option(item.config, "--gpuperf-dist-timeout"))
+    limit = float(timeout if timeout is not None else get_option(item.config, "gpuperf_dist_timeout"))
     return replica_pool(item.config).run(task, processes, limit)

@@ -113,7 +113,7 @@ class ReportCollector:
         gp_session = self.config.stash.get(SESSION_KEY, None)
         self.baseline_ref = ref_changes(self.config)
         json_path, md_path, plot_dir = (
-            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "--gpuperf-plot")
+            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "gpuperf_plot")
         )
         artifacts: dict[str, Any] = {}
         if plot_dir is not None:
@@ -132,7 +132,7 @@ class ReportCollector:
             write_json(json_path, document)
             self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if get_option(self.config, "--gpuperf-no-step-summary"):
+        if get_option(self.config, "gpuperf_no_step_summary"):
             summary_path = None
         if md_path is None and not summary_path:
             return
