@@ -268,7 +268,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Under ``--gpuperf-strict``, a backend named by ``--gpuperf-backend`` that this machine lacks is a usage error.
 
     Otherwise a GPU gate that lands on a runner without the GPU skips every test and passes.
-    (After every plugin's ``pytest_configure``, so a device selection such as ``--gpuperf-vulkan-device`` counts.)
+    (After every plugin's ``pytest_configure``, so a device selection such as ``gpuperf_vulkan_device`` counts.)
     """
     config = session.config
     if not (get_option(config, "--gpuperf-strict") and get_option(config, "--gpuperf-backend")):

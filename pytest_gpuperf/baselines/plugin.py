@@ -5,7 +5,7 @@
 * ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
   ``pytest_gpuperf_baseline_loader``), and :func:`ref_changes` lists the entries the working tree
   changes against it for the reports;
-* a ``--gpuperf-baselines`` path that is a file is one usage error, not a failure per test;
+* a ``gpuperf_baselines`` path that is a file is one usage error, not a failure per test;
 * under ``--gpuperf-update`` the :class:`~pytest_gpuperf.baselines.update.BaselineUpdater`
   holds each test's entries and writes those of passed tests at the end;
 * the terminal summary says what was written and kept (merged from pytest-xdist workers),

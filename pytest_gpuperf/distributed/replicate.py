@@ -19,12 +19,12 @@ API (call it while the test runs, from its call phase: its fixture values are sh
   or an environment variable) do not happen in the worker;
 * ``processes``: how many fresh processes run it, one after another (never in parallel: they would
   contend for the device). Each is a process that has **not run this test before** (it may have run
-  other tests: workers are kept and reused across tests, so ``--gpuperf-processes N`` costs N-1
+  other tests: workers are kept and reused across tests, so ``gpuperf_processes = N`` costs N-1
   process starts per session, not per test);
-* ``timeout``: seconds per run (default ``--gpuperf-dist-timeout``); a hung run comes back with
+* ``timeout``: seconds per run (default ``gpuperf_dist_timeout``); a hung run comes back with
   status ``"hung"`` and its stacks in ``error``, a worker that died with ``"died"`` and its last output.
 
-The worker measures with the pytest process's settings (``--gpuperf-max-time`` ...), the same
+The worker measures with the pytest process's settings (``gpuperf_max_time`` ...), the same
 ``GpuPerf.measure`` code and no lockstep, on the test's backend. Raises :class:`ReplicaError`
 (with the reason) when the test cannot be replicated at all: not under ``--gpuperf``, an
 argument that does not pickle, a distributed test, or a worker that did

@@ -1,7 +1,7 @@
 """pytest hooks of the reporting feature; imported at start-up, so nothing heavy at module level.
 
 * ``--gpuperf-json PATH``, ``--gpuperf-markdown PATH`` (and ``$GITHUB_STEP_SUMMARY``),
-  ``--gpuperf-plot DIR``: written by the controller at the end of a ``--gpuperf`` run from
+  ``gpuperf_plot = DIR``: written by the controller at the end of a ``--gpuperf`` run from
   every test's report (so also from pytest-xdist workers' results);
 * under ``--gpuperf-baseline-ref REF`` (:mod:`pytest_gpuperf.baselines.plugin`) the reports list
   the entries the working tree changes against the ref.

@@ -1,6 +1,6 @@
 """pytest hooks of the xdist feature: one GPU per pytest-xdist worker; imported at start-up, so nothing heavy.
 
-* the controller shares out the GPUs (``--gpuperf-worker-gpus``) through the environment the
+* the controller shares out the GPUs (``gpuperf_worker_gpus``) through the environment the
   workers inherit, and warns when more workers than GPUs would share one;
 * each worker sets ``CUDA_VISIBLE_DEVICES`` in ``pytest_load_initial_conftests``, before
   conftests or test modules can import torch;

@@ -76,7 +76,7 @@ def other_adapters() -> list[str]:
 
 
 class AdapterSelectionError(LookupError):
-    """No adapter matches ``--gpuperf-vulkan-device``; the message lists the adapters."""
+    """No adapter matches ``gpuperf_vulkan_device``; the message lists the adapters."""
 
 
 def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:

@@ -1,8 +1,8 @@
 """pytest hooks and fixtures of the vulkan feature; imported at start-up, so nothing heavy at module level.
 
-* ``--gpuperf-vulkan-device INDEX|NAME|TYPE`` (ini ``gpuperf_vulkan_device``) picks the adapter;
+* the ini key ``gpuperf_vulkan_device`` (INDEX, NAME or TYPE) picks the adapter;
   a value that matches none is a usage error listing the adapters wgpu found.
-* ``--gpuperf-vulkan-adapters`` prints every adapter with its fingerprint fields and exits.
+* ``-o gpuperf_vulkan_adapters=true`` prints every adapter with its fingerprint fields and exits.
 * Bound verdicts of vulkan steps come from the profiling feature's roofline, like every
   backend's (the Vulkan backend measures its own roofs: ``VulkanBackend.measure_roof``).
 """
@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Apply ``--gpuperf-vulkan-device``."""
+    """Apply ``gpuperf_vulkan_device``."""
     spec = str(get_option(config, "gpuperf_vulkan_device") or "").strip()
     if spec:
         _select_device(spec)
@@ -77,7 +77,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """``--gpuperf-vulkan-adapters``: print the adapters and their fingerprint fields, then exit."""
+    """``gpuperf_vulkan_adapters``: print the adapters and their fingerprint fields, then exit."""
     if not get_option(config, "gpuperf_vulkan_adapters"):
         return None
     from pytest_gpuperf.backends.vulkan.listing import adapter_lines

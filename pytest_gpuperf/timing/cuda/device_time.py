@@ -45,13 +45,13 @@ MAX_PROFILED_STEPS = 30
 #: GEMM's judged quantile over 0.1 s windows of one process varied by 1.8% (standard deviation), over 0.5 s by
 #: 0.6%, over 1 s by 0.4% (``gpu/clock_traces.py``, 10 processes x 4 s; docs/PERFORMANCE.md), and a
 #: measurement that stopped after its first 30 samples (about 0.1 s) read a +6% slowdown as +3.2% .. +6.9%.
-#: A ``--gpuperf-max-time`` below it shortens it (:func:`capped_span`): A/B workers measure 0.5 s by default.
+#: A ``gpuperf_max_time`` below it shortens it (:func:`capped_span`): A/B workers measure 0.5 s by default.
 CAPPED_SPAN = 1.0
 
 
 def capped_span(config: MeasureConfig) -> float:
     """Least seconds of samples at the power cap: :data:`CAPPED_SPAN`, or the measuring budget when that is shorter
-    (a budget the user or the A/B runner chose: ``--gpuperf-ab-max-time`` 0.5 s, a 0.6% spread of one process's
+    (a budget the user or the A/B runner chose: ``gpuperf_ab_max_time`` 0.5 s, a 0.6% spread of one process's
     judged time on the H200, where the paired A and B processes weigh it)."""
     return min(CAPPED_SPAN, config.max_time)
 
