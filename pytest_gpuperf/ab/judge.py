@@ -107,12 +107,12 @@ def _undecided_why(uncertainty: float, tolerance: float) -> str:
     if uncertainty >= tolerance:
         return (
             f"this test's spread between processes is {uncertainty:.0%} here; a {tolerance:.0%} tolerance cannot be "
-            "judged on this machine: raise the tolerance, run more processes (--gpuperf-ab-max-processes) or run "
+            "judged on this machine: raise the tolerance, run more processes (gpuperf_ab_max_processes) or run "
             "on a quieter runner"
         )
     return (
         f"the change is within the noise of the tolerance (spread {uncertainty:.1%}); more processes "
-        "(--gpuperf-ab-max-processes) could decide it"
+        "(gpuperf_ab_max_processes) could decide it"
     )
 
 

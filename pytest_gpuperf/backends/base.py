@@ -95,7 +95,7 @@ class Backend(abc.ABC):
         """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).
 
         Such devices share cores with everything else on the machine, so they get the CPU
-        time tolerance (``--gpuperf-cpu-time-tolerance``) instead of the GPU one.
+        time tolerance (``gpuperf_cpu_time_tolerance``) instead of the GPU one.
         """
         return False
 

@@ -73,7 +73,7 @@ class CpuBackend(TorchBackend):
         return Availability(True, f"CPU: {_cpu_model_name()}")
 
     def instruments(self, config: MeasureConfig) -> Sequence[Instrument]:
-        """The measuring threads (``--gpuperf-cpu-threads``) over the whole measurement."""
+        """The measuring threads (``gpuperf_cpu_threads``) over the whole measurement."""
         from pytest_gpuperf.timing.threads import CpuThreads
 
         return (CpuThreads(config.cpu_threads),)
@@ -105,7 +105,7 @@ class CpuBackend(TorchBackend):
             "device_name": cpu_brand(),
             "arch": platform.machine(),
             "memory_gib": round(_total_memory_bytes() / 2**30),
-            "threads": effective(),  # intra-op threads while measuring (--gpuperf-cpu-threads)
+            "threads": effective(),  # intra-op threads while measuring (gpuperf_cpu_threads)
             **torch_versions(),
             **host_description(),
         }
@@ -117,7 +117,7 @@ class CpuBackend(TorchBackend):
         """CPU ops in eager torch are synchronous; nothing to wait for."""
 
     def time_block(self, step: Callable[[], object], iters: int) -> float:
-        """Wall seconds of ``iters`` calls, with the session's measuring threads (``--gpuperf-cpu-threads``)."""
+        """Wall seconds of ``iters`` calls, with the session's measuring threads (``gpuperf_cpu_threads``)."""
         from pytest_gpuperf.backends.cpu_threads import session_threads
 
         with session_threads():

@@ -1,4 +1,4 @@
-"""The CPU backend's intra-op thread count while measuring (``--gpuperf-cpu-threads``, default 1).
+"""The CPU backend's intra-op thread count while measuring (``gpuperf_cpu_threads``, default 1).
 
 Like ``torch.utils.benchmark.Timer``, CPU steps are timed with one intra-op torch
 thread by default: on a shared runner several threads swing with the
@@ -17,7 +17,7 @@ from pytest_gpuperf.timing.threads import measuring_open, measuring_threads
 
 __all__ = ["DEFAULT_CPU_THREADS", "configure", "configured", "effective", "measuring_threads", "session_threads"]
 
-#: Intra-op threads while timing a CPU step, unless ``--gpuperf-cpu-threads`` says otherwise.
+#: Intra-op threads while timing a CPU step, unless ``gpuperf_cpu_threads`` says otherwise.
 DEFAULT_CPU_THREADS = 1
 
 _configured: list[int] = [DEFAULT_CPU_THREADS]

@@ -1,6 +1,6 @@
 """Where a judging service reads a test's baseline entries: the baseline files, or what a rank was sent.
 
-* :class:`FileBaselines`: files under ``--gpuperf-baselines`` keyed by fingerprint and world size, read once
+* :class:`FileBaselines`: files under ``gpuperf_baselines`` keyed by fingerprint and world size, read once
   each through one loader (the working tree's, or a git ref's from ``pytest_gpuperf_baseline_loader``);
 * :class:`FixedBaselines`: the entries the pytest process looked up for one test, sent with a rank or
   fresh-process task so it plans against exactly what judges it.

@@ -192,7 +192,7 @@ class Roofline:
                 f"above the measured roof: the counted FLOPs give {self.roof_share:.0%} of the measured compute roof; "
                 "FlopCounterMode counts this step's FLOPs exactly (never more than ran), so the roof reads low: it "
                 "was measured while the machine was busier than during the step, or the step takes a faster path "
-                "than the roof's probe (measure the roofs again on a quiet machine: --gpuperf-recalibrate)"
+                "than the roof's probe (measure the roofs again on a quiet machine: -o gpuperf_recalibrate=true)"
             )
         if self.roof_share <= 1.0 + AT_ROOF_NOISE:
             return (

@@ -23,7 +23,7 @@ clock the timing loop measures CPU steps with. Results are kept in
 pytest's cache (``config.cache``, under ``.pytest_cache/``, which pytest keeps out of
 git) per hardware fingerprint (plus CPU threads): :mod:`.roof_store`. A roof a step beats is re-measured
 once per session (:meth:`RoofProvider.refresh`) and the best of old and new is kept,
-so a roof measured during a busy moment heals itself; ``--gpuperf-recalibrate``
+so a roof measured during a busy moment heals itself; ``gpuperf_recalibrate``
 measures everything again.
 """
 
@@ -254,7 +254,7 @@ def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[s
         return custom(what, cls, tries)
     if not backend.runs_torch:
         return None
-    if backend.name == "cpu":  # with the thread count CPU steps are measured with (--gpuperf-cpu-threads)
+    if backend.name == "cpu":  # with the thread count CPU steps are measured with (gpuperf_cpu_threads)
         from pytest_gpuperf.backends.cpu_threads import effective, measuring_threads
 
         with measuring_threads(effective()):

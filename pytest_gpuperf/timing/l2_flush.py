@@ -2,7 +2,7 @@
 
 Steps that re-read the same small tensors run from L2 (GPU) or L3 (CPU) after
 the first call, which flatters them against a real model where other work
-evicts the cache between calls. With ``--gpuperf-l2-flush`` each call is
+evicts the cache between calls. With ``gpuperf_l2_flush`` each call is
 preceded by a write of a buffer twice the cache size and timed on its own; on
 CUDA the flush kernel is still running when the step is launched, so the step's
 start event does not include the launch gap. :class:`L2FlushSampler` wraps another sampler's clock that way.

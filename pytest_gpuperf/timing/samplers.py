@@ -155,6 +155,6 @@ class ThreadClockSampler(BlockSampler):
             warm.per_call,
             (
                 f"the step blocks (its thread computed for {share:.1%} of the wall time) but "
-                "--gpuperf-cpu-clock=thread counts only its CPU time: waiting is not in these numbers"
+                "gpuperf_cpu_clock=thread counts only its CPU time: waiting is not in these numbers"
             ),
         )

@@ -76,7 +76,7 @@ def other_adapters() -> list[str]:
 
 
 class AdapterSelectionError(LookupError):
-    """No adapter matches ``--gpuperf-vulkan-device``; the message lists the adapters."""
+    """No adapter matches ``gpuperf_vulkan_device``; the message lists the adapters."""
 
 
 def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
@@ -95,7 +95,7 @@ def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
         for info in infos:
             if info.index == int(spec):
                 return info
-        raise AdapterSelectionError(f"--gpuperf-vulkan-device {spec}: no adapter with that index; adapters: {listing}")
+        raise AdapterSelectionError(f"gpuperf_vulkan_device={spec}: no adapter with that index; adapters: {listing}")
     by_type = [a for a in infos if a.device_type.lower() == spec.lower()]
     if by_type:
         return by_type[0]
@@ -103,6 +103,6 @@ def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
     if by_name:
         return by_name[0]
     raise AdapterSelectionError(
-        f"--gpuperf-vulkan-device {spec!r} matches no adapter index, type ({', '.join(DEVICE_TYPES)}) "
+        f"gpuperf_vulkan_device={spec!r} matches no adapter index, type ({', '.join(DEVICE_TYPES)}) "
         f"or name; adapters: {listing}"
     )

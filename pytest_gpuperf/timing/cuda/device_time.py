@@ -47,7 +47,7 @@ CLOCK_EVERY = 10
 MAX_PROFILED_STEPS = 30
 #: Least seconds of samples on a GPU at its power cap. There the clock moves in a feedback loop, so the judged
 #: quantile of a short window of samples swings with it (``gpu/clock_traces.py``; ``docs/PERFORMANCE.md``);
-#: a second of samples averages it out. A ``--gpuperf-max-time`` below it shortens it (:func:`capped_span`).
+#: a second of samples averages it out. A ``gpuperf_max_time`` below it shortens it (:func:`capped_span`).
 CAPPED_SPAN = 1.0
 
 
@@ -129,7 +129,7 @@ class DeviceTimeSampler(BlockSampler):
                 watch.read()
             return value
 
-        graph, reason = None, "--gpuperf-cuda-graph off"
+        graph, reason = None, "gpuperf_cuda_graph=off"
         if config.cuda_graph != "off":
             if counted(config) or (iters + 3) * per_call <= config.max_time / 2:
                 graph, reason = self.capture(step, iters)
