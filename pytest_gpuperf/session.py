@@ -1,13 +1,17 @@
-"""The active ``--gpuperf`` session's pytest hooks: verdicts onto reports, failures.
+"""The active ``--gpuperf`` session's pytest hooks: one outcome per test, decided in one place.
 
 Registered by :mod:`pytest_gpuperf.plugin` only when ``--gpuperf`` (or
 ``--gpuperf-update``) is given, so a plain pytest run never pays for it. Everything
 about baselines and verdicts lives in the judging service (:mod:`pytest_gpuperf.judging.service`);
-this module only relays pytest's hooks to it and to the reports.
+this module keeps each test's :class:`TestOutcome` and its one ``pytest_runtest_makereport`` decides
+pass or fail and puts the outcome on the call report. Features contribute only through the hooks of
+:mod:`pytest_gpuperf.hookspecs` (their own verdicts, failure reasons, report sections); they never
+change a report themselves.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,11 +23,31 @@ from pytest_gpuperf.results import REPORT_ATTR, verdict_to_dict
 AB_WORKER_PLUGIN = "_gpuperf_ab_worker"
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.hookspecs import FailureReason, ReportSection
+    from pytest_gpuperf.results import Verdict
     from pytest_gpuperf.settings import Settings
 
 
+@dataclass
+class TestOutcome:
+    """One test's outcome: the verdicts it reports, the reasons that fail it (each tagged by its source feature)
+    and what features add to its report."""
+
+    __test__ = False  # not a pytest test class
+
+    node_id: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    failures: list[FailureReason] = field(default_factory=list)
+    sections: list[ReportSection] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """True when a reason fails the test."""
+        return bool(self.failures)
+
+
 class GpuperfSession:
-    """The judging service of this run plus what the reports read (updates: :mod:`pytest_gpuperf.baselines.plugin`)."""
+    """The judging service of this run and each test's outcome (updates: :mod:`pytest_gpuperf.baselines.plugin`)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -33,7 +57,7 @@ class GpuperfSession:
             return config.hook.pytest_gpuperf_baseline_loader(config=config)
 
         self.judging = Judging(settings, FileBaselines(settings, ref_loader))
-        self.reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
+        self.outcomes: dict[str, TestOutcome] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Measure the host CPU's calibration once, before any test runs, when a selected test times on it."""
@@ -49,7 +73,8 @@ class GpuperfSession:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """After a passing body: replicate it in fresh processes (recording) or confirm a suspect; then warn."""
+        """After a passing body: replicate it in fresh processes (recording) or confirm a suspect; settle the
+        verdicts the test reports (a feature's own in their place); then warn."""
         outcome = yield
         node_id = item.nodeid
         if outcome.excinfo is None and node_id in self.judging.contexts:
@@ -57,6 +82,12 @@ class GpuperfSession:
 
             if can_replicate(item):
                 self._replicate(item)
+        instead = self.config.hook.pytest_gpuperf_replace_verdicts(
+            item=item, verdicts=list(self.judging.verdicts.get(node_id, []))
+        )
+        if instead is not None:
+            self.judging.report_instead(node_id, instead.context, instead.verdicts)
+        self.outcomes[node_id] = TestOutcome(node_id, list(self.judging.verdicts.get(node_id, [])))
         from pytest_gpuperf.results import GpuperfWarning
 
         for line in self.judging.warnings_for(node_id):
@@ -86,45 +117,70 @@ class GpuperfSession:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        """Fail the test's call phase when one of its metrics regressed; attach verdicts to the report."""
+        """The one place that decides a perf test's outcome: gather it, put it on the call report, fail the report
+        for the first reason (the judging's come first)."""
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         if report.when != "call":
             return
-        verdicts = self.judging.verdicts.get(item.nodeid)
-        if not verdicts:
-            return
-        payload = [verdict_to_dict(v) for v in verdicts]
-        context = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(item.nodeid)}
-        setattr(report, REPORT_ATTR, context)
-        for verdict in verdicts:
-            value = f"{verdict.metric.value} {verdict.metric.unit}".strip()
-            prop = (f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]")
-            report.user_properties.append(prop)
+        node_id = item.nodeid
+        test = self.outcomes.get(node_id) or TestOutcome(node_id, list(self.judging.verdicts.get(node_id, [])))
+        self.outcomes[node_id] = test
+        hook = self.config.hook
+        payload = [verdict_to_dict(v) for v in test.verdicts]
+        test.failures = self._judging_failures(node_id, payload)
+        test.failures += [
+            r for found in hook.pytest_gpuperf_failure_reasons(item=item, verdicts=test.verdicts) for r in found or []
+        ]
+        test.sections = [s for found in hook.pytest_gpuperf_report_sections(item=item) for s in found or []]
+        data = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(node_id)}
+        _attach(item, report, test, data if payload else {})
+        _fail(report, test.failures)
+
+    def _judging_failures(self, node_id: str, payload: list[dict[str, Any]]) -> list[FailureReason]:
+        """The judging's reason to fail ``node_id`` (regressions, changed categories, strict misses), if any."""
+        lines = self.judging.failure_lines(node_id)
+        if not lines:
+            return []
+        from pytest_gpuperf.hookspecs import FailureReason
+        from pytest_gpuperf.reporting.terminal import failure_longrepr  # first line: the short fact
+
+        return [FailureReason("judging", failure_longrepr(node_id, payload, lines))]
+
+
+def _attach(item: pytest.Item, report: pytest.TestReport, test: TestOutcome, data: dict[str, Any]) -> None:
+    """Put ``test`` on its call report: the payload (``REPORT_ATTR``, survives xdist), user properties, sections."""
+    for section in test.sections:
+        data.update(section.payload)
+    if data:
+        setattr(report, REPORT_ATTR, data)
+    properties: list[tuple[tuple[str, str], bool]] = []
+    for verdict in test.verdicts:
+        value = f"{verdict.metric.value} {verdict.metric.unit}".strip()
+        properties.append(((f"gpuperf.{verdict.metric.name}", f"{value} [{verdict.status}]"), True))
+    for verdict in test.verdicts:
+        if verdict.status == "inconclusive":
+            properties.append(((f"gpuperf.{verdict.metric.name}.inconclusive", verdict.message), True))
+    for section in test.sections:
+        if section.text:
+            report.sections.append((section.title, section.text))
+        properties += [(prop, section.junit) for prop in section.properties]
+    for prop, junit in properties:
+        report.user_properties.append(prop)
+        if junit:
             item.user_properties.append(prop)  # junitxml writes the teardown report's, which copies the item's
-        for verdict in verdicts:
-            if verdict.status == "inconclusive":
-                prop = (f"gpuperf.{verdict.metric.name}.inconclusive", verdict.message)
-                report.user_properties.append(prop)
-                item.user_properties.append(prop)
-        failures = self.judging.failure_lines(item.nodeid)
-        if failures and report.passed:
-            from pytest_gpuperf.reporting.terminal import failure_longrepr  # first line: the short fact
 
+
+def _fail(report: pytest.TestReport, reasons: list[FailureReason]) -> None:
+    """Fail a passing ``report`` with the first reason's message; later reasons add their detail beneath."""
+    for reason in reasons:
+        if report.passed:
             report.outcome = "failed"
-            report.longrepr = failure_longrepr(item.nodeid, payload, failures)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect verdicts from reports (also those coming back from xdist workers)."""
-        data = getattr(report, REPORT_ATTR, None)
-        if report.when == "call" and data:
-            self.reported.append((report.nodeid, {**data, "outcome": report.outcome}, data.get("verdicts", [])))
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The per-test metric table: baseline, measured, change, verdict."""
-        from pytest_gpuperf.reporting.terminal import write_terminal_summary
-
-        write_terminal_summary(terminalreporter, self, self.settings)
+            report.longrepr = reason.text
+        elif reason.detail and isinstance(report.longrepr, str):
+            report.longrepr = f"{report.longrepr}\n{reason.detail}"
+        elif reason.detail and hasattr(report.longrepr, "addsection"):
+            report.longrepr.addsection(reason.title or f"gpuperf {reason.source}", reason.detail)  # type: ignore[union-attr]
 
 
 def _times_on_host_cpu(item: pytest.Item) -> bool:

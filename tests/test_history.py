@@ -82,7 +82,7 @@ def test_drift_and_creep_follow_the_metric_direction() -> None:
 
 def test_the_default_tolerances_are_the_gates() -> None:
     from pytest_gpuperf.history import analysis
-    from pytest_gpuperf.settings import OPTIONS
+    from pytest_gpuperf.plugin import OPTIONS
 
     defaults = {spec[0].lstrip("-").replace("-", "_"): spec[2] for spec in OPTIONS}
     assert analysis.GPU_TIME_TOLERANCE == defaults["gpuperf_time_tolerance"]

@@ -3,8 +3,9 @@
 The controller checks REF out into a temporary worktree at configure time, runs every perf
 test's A and B workers before the test loop (on a pytest-xdist worker: per test, on that
 worker's GPU), and then, instead of running a perf test's body itself, turns the workers'
-evidence into the test's verdicts (:mod:`.verdicts`), so the terminal, Markdown, JSON and
-JUnit reports show them like any other verdict, plus an A/B section of their own.
+evidence into the test's verdicts (:mod:`.verdicts`), which the session reports in place of the
+stored-baseline ones (:meth:`.state.AbState.pytest_gpuperf_replace_verdicts`), so the terminal, Markdown,
+JSON and JUnit reports show them like any other verdict, plus an A/B section of their own.
 """
 
 from __future__ import annotations
@@ -134,32 +135,3 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if state.is_xdist_worker and pyfuncitem.nodeid not in state.handled:
         state.run_items(state.batch_for(pyfuncitem))  # both sides on this worker's GPU
     return state.apply(pyfuncitem)
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
-    """Attach the A/B evidence to the report; under ``--gpuperf-strict`` an inconclusive A/B verdict fails."""
-    outcome = yield
-    state = _state(item.config)
-    report: pytest.TestReport = outcome.get_result()
-    if state is not None and report.when == "call":
-        state.annotate(item, report)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Hand the A/B section to the reporting feature before it writes the JSON and Markdown."""
-    state = _state(session.config)
-    if state is not None and not state.is_xdist_worker:
-        state.publish(session.config.pluginmanager.get_plugin("gpuperf-reporting"))
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """The A/B section: both sides' numbers per test, new and removed tests, cost, warnings."""
-    state = _state(config)
-    if state is not None and not state.is_xdist_worker:
-        from pytest_gpuperf.ab.report import terminal_lines
-
-        terminalreporter.write_sep("=", state.title)
-        for line, markup in terminal_lines(state.summary()):
-            terminalreporter.write_line(line, **markup)

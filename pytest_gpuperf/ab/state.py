@@ -15,6 +15,9 @@ from pytest_gpuperf.settings import get_option
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.runner import AbOutcome, AbRunner
+    from pytest_gpuperf.hookspecs import FailureReason, ReportSection, SummarySection, VerdictsInstead
+    from pytest_gpuperf.reporting.records import TestRecord
+    from pytest_gpuperf.results import Verdict
     from pytest_gpuperf.session import GpuperfSession
 
 PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
@@ -25,7 +28,8 @@ ENV_WORKTREE, ENV_SHA, ENV_DIST = "GPUPERF_AB_WORKTREE", "GPUPERF_AB_SHA", "GPUP
 
 @dataclass
 class AbState:
-    """Everything ``--gpuperf-ab`` keeps for one pytest process (registered as a plugin for its reports)."""
+    """Everything ``--gpuperf-ab`` keeps for one pytest process (registered as a plugin: it answers the outcome and
+    summary hooks of :mod:`pytest_gpuperf.hookspecs`)."""
 
     config: pytest.Config
     session: GpuperfSession
@@ -35,8 +39,9 @@ class AbState:
     outcome: AbOutcome | None = None
     warnings: list[str] = field(default_factory=list)
     handled: set[str] = field(default_factory=set)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Per test measured here: its A/B record (the report payload's ``ab``) and the verdicts reported instead.
     applied: dict[str, dict[str, Any]] = field(default_factory=dict)
+    instead: dict[str, VerdictsInstead] = field(default_factory=dict)
     #: The xdist controller's scan of both sides for new and removed tests (:meth:`scan_scope`).
     scanner: threading.Thread | None = None
 
@@ -180,41 +185,54 @@ class AbState:
         if outcome is None or item.nodeid not in outcome.evidence:
             return None  # not measured by the workers (skipped there): run it the normal way
         evidence = outcome.evidence[item.nodeid]
-        self.applied[item.nodeid] = apply_evidence(self.session, self.worktree, item, evidence, outcome)
+        record, instead = apply_evidence(self.session, self.worktree, item, evidence, outcome)
+        self.applied[item.nodeid], self.instead[item.nodeid] = record, instead
         return True
 
-    # -- reporting ---------------------------------------------------------------
-    def annotate(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        """Put the A/B result on the call report; fail an inconclusive one under ``--gpuperf-strict``."""
+    # -- the outcome and summary hooks ----------------------------------------------
+    def pytest_gpuperf_replace_verdicts(self, item: pytest.Item, verdicts: list[Verdict]) -> VerdictsInstead | None:
+        """A measured test reports its A/B pair verdicts, not the stored-baseline ones."""
+        return self.instead.get(item.nodeid)
+
+    def pytest_gpuperf_report_sections(self, item: pytest.Item) -> list[ReportSection] | None:
+        """The A/B record in the report's payload (``ab``) and as user properties."""
         result = self.applied.get(item.nodeid)
         if result is None:
-            return
-        data = getattr(report, "gpuperf", None)
-        if not isinstance(data, dict):
-            data = {}
-            report.gpuperf = data  # type: ignore[attr-defined]
-        data["ab"] = result
-        prop = ("gpuperf.ab", f"A/B against {self.worktree.ref} ({self.worktree.short}): {result['status']}")
-        report.user_properties.append(prop)
-        item.user_properties.append(prop)
+            return None
+        from pytest_gpuperf.hookspecs import ReportSection
+
+        properties = [("gpuperf.ab", f"A/B against {self.worktree.ref} ({self.worktree.short}): {result['status']}")]
         for metric in result["metrics"]:
             line = f"A {metric['a']} -> B {metric['b']} {metric['unit']} [{metric['status']}]"
-            report.user_properties.append((f"gpuperf.ab.{metric['metric']}", line))
-            item.user_properties.append((f"gpuperf.ab.{metric['metric']}", line))
-        strict = self.session.settings.strict
-        if strict and report.passed and any(m["status"] == "inconclusive" for m in result["metrics"]):
-            report.outcome = "failed"
-            lines = [f"  {m['label']}: {m['message']}" for m in result["metrics"] if m["status"] == "inconclusive"]
-            report.longrepr = "\n".join([f"pytest-gpuperf: {self.title}: inconclusive (--gpuperf-strict)", *lines])
+            properties.append((f"gpuperf.ab.{metric['metric']}", line))
+        return [ReportSection("ab", properties=tuple(properties), payload={"ab": result})]
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect A/B results from reports (also those coming back from xdist workers)."""
-        data = getattr(report, "gpuperf", None)
-        if report.when == "call" and isinstance(data, dict) and data.get("ab"):
-            self.results[report.nodeid] = {"outcome": report.outcome, **data["ab"]}
+    def pytest_gpuperf_failure_reasons(self, item: pytest.Item, verdicts: list[Verdict]) -> list[FailureReason] | None:
+        """Under ``--gpuperf-strict`` an inconclusive A/B metric fails the test."""
+        result = self.applied.get(item.nodeid)
+        if result is None or not self.session.settings.strict:
+            return None
+        lines = [f"  {m['label']}: {m['message']}" for m in result["metrics"] if m["status"] == "inconclusive"]
+        if not lines:
+            return None
+        from pytest_gpuperf.hookspecs import FailureReason
 
-    def summary(self) -> dict[str, Any]:
-        """Everything the A/B section of the reports shows (JSON-able)."""
+        head = f"pytest-gpuperf: {self.title}: inconclusive (--gpuperf-strict)"
+        return [FailureReason("ab", "\n".join([head, *lines]))]
+
+    def pytest_gpuperf_summary_sections(self, config: pytest.Config, records: list[TestRecord]) -> list[SummarySection]:
+        """The A/B block: both sides' numbers per test, new and removed tests, cost, warnings (JSON: ``ab``)."""
+        if self.is_xdist_worker:
+            return []
+        from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
+        from pytest_gpuperf.hookspecs import SummarySection
+
+        summary = self.summary(records)
+        lines, markdown = tuple(terminal_lines(summary)), "\n".join(markdown_lines(summary))
+        return [SummarySection(self.title, lines, order=30, markdown=markdown, json={"ab": summary})]
+
+    def summary(self, records: list[TestRecord]) -> dict[str, Any]:
+        """Everything the A/B section of the reports shows (JSON-able), with each test's A/B record of ``records``."""
         outcome = self.outcome
         warnings = list(self.warnings)
         for side, where in (("A", "REF's worktree"), ("B", "the working tree")):
@@ -227,11 +245,12 @@ class AbState:
                     f"that side {side} ran {'REF' if side == 'A' else 'the working tree'}'s code"
                 )
         runs = outcome.runs if outcome else []
+        tests = [(r.nodeid, {"outcome": r.outcome, **r.data["ab"]}) for r in records if r.data.get("ab")]
         return {
             "ref": self.worktree.ref,
             "sha": self.worktree.sha,
             "title": self.title,
-            "tests": dict(sorted(self.results.items())),
+            "tests": dict(sorted(tests)),
             "new": sorted(outcome.new) if outcome else [],
             "removed": sorted(outcome.removed) if outcome else [],
             "warnings": warnings,
@@ -249,13 +268,3 @@ class AbState:
             "workers": [run.as_dict() for run in runs],
             "worker_errors": [r.error for r in runs if r.error][:4],
         }
-
-    def publish(self, collector: Any) -> None:
-        """Give the reporting feature the A/B section of the JSON and the Markdown."""
-        if collector is None or not hasattr(collector, "extras"):
-            return
-        from pytest_gpuperf.ab.report import markdown_lines
-
-        summary = self.summary()
-        collector.extras["ab"] = summary
-        collector.markdown_blocks.append("\n".join(markdown_lines(summary)))

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_gpuperf.ab.judge import AbVerdict
 from pytest_gpuperf.ab.report import show_value
+from pytest_gpuperf.hookspecs import VerdictsInstead
 from pytest_gpuperf.results import Metric, Verdict, verdict_from_dict, worst_status
 from pytest_gpuperf.units import format_change
 
@@ -98,8 +99,9 @@ def _record_update(session: GpuperfSession, context: TestContext, evidence: Test
 
 def apply_evidence(
     session: GpuperfSession, worktree: Worktree, item: pytest.Function, evidence: TestEvidence, outcome: AbOutcome
-) -> dict[str, Any]:
-    """Store the verdicts of ``item`` in the session and return its A/B record (fails or skips like B did)."""
+) -> tuple[dict[str, Any], VerdictsInstead]:
+    """The A/B record of ``item`` and the verdicts it reports in place of the stored-baseline ones (fails or skips
+    like B did)."""
     title = f"A/B against {worktree.ref} ({worktree.short})"
     errors = evidence.errors("B")
     if errors:
@@ -128,8 +130,7 @@ def apply_evidence(
         metrics = [ab.as_dict() for ab in evidence.verdicts]
     if session.settings.update:
         _record_update(session, context, evidence)
-    session.judging.report_instead(item.nodeid, context, verdicts)  # the A/B verdicts, not the recorded ones
-    return {
+    record = {
         "ref": worktree.ref,
         "sha": worktree.sha,
         "side": "new" if new else "both",
@@ -138,3 +139,4 @@ def apply_evidence(
         "processes": {"A": sum(1 for e in evidence.a if e), "B": sum(1 for e in evidence.b if e)},
         "note": note,
     }
+    return record, VerdictsInstead(verdicts, context)  # the A/B verdicts, not the recorded ones

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.distributed.manager import PoolManager
     from pytest_gpuperf.distributed.torchrun import TorchrunRunner
+    from pytest_gpuperf.hookspecs import SummarySection
 
 OPTIONS: list[tuple[Any, ...]] = [
     (
@@ -202,23 +203,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     disarm_second_interrupt(config)
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line on the rank pool: starts, rebuilds after faults, tests run."""
+def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[Any]) -> list[SummarySection] | None:
+    """Lines on the rank pool (starts, rebuilds after faults, tests run) and the replica workers."""
+    lines: list[tuple[str, dict[str, bool]]] = []
     manager = config.stash.get(MANAGER_KEY, None)
     if manager is not None and manager.stats.started:
         stats = manager.stats
-        terminalreporter.write_line(
-            f"gpuperf distributed: {stats.tests} test(s) on {stats.started} rank-pool start(s) "
-            f"({stats.rebuilt_after_fault} rebuilt after a fault), {stats.start_seconds:.1f} s starting ranks"
+        lines.append(
+            (
+                f"gpuperf distributed: {stats.tests} test(s) on {stats.started} rank-pool start(s) "
+                f"({stats.rebuilt_after_fault} rebuilt after a fault), {stats.start_seconds:.1f} s starting ranks",
+                {},
+            )
         )
     replicas = config.stash.get(REPLICAS_KEY, None)
     if replicas is not None and replicas.runs:
-        terminalreporter.write_line(
-            f"gpuperf replicas: {replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)"
+        lines.append(
+            (f"gpuperf replicas: {replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)", {})
         )
         if replicas.failures:
-            terminalreporter.write_line(
-                f"gpuperf replicas: {len(replicas.failures)} run(s) did not finish; their tests were judged or "
-                f"recorded without them. First: {replicas.failures[0]}",
-                yellow=True,
+            lines.append(
+                (
+                    f"gpuperf replicas: {len(replicas.failures)} run(s) did not finish; their tests were judged or "
+                    f"recorded without them. First: {replicas.failures[0]}",
+                    {"yellow": True},
+                )
             )
+    if not lines:
+        return None
+    from pytest_gpuperf.hookspecs import SummarySection
+
+    return [SummarySection("", tuple(lines), order=40)]

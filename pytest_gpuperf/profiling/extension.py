@@ -81,6 +81,11 @@ class ProfilingExtension:
         self._ncu_pending: PendingSession | None = None
         self._ncu_error: str | None = None
 
+    def select_ncu_tests(self, keys: dict[str, str]) -> None:
+        """The tests that asked for ncu capture (node id -> ncu test key), noted at collection."""
+        self.ncu_node_ids = list(keys)
+        self.ncu_keys = dict(keys)
+
     def start_item(self, item: pytest.Item | None) -> None:
         """Called around each test by the plugin so ``after_measure`` knows whose step it is."""
         self.current_item = item

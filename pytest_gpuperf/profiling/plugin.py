@@ -29,7 +29,9 @@ from pytest_gpuperf.profiling.records import (
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.hookspecs import FailureReason, ReportSection, SummarySection
     from pytest_gpuperf.profiling.extension import ProfilingExtension
+    from pytest_gpuperf.reporting.records import TestRecord
 
 OPTIONS: list[tuple[Any, ...]] = [
     ("--gpuperf-profile", "bool", False, "write a torch.profiler Chrome trace of each measured step (with --gpuperf)"),
@@ -84,13 +86,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register markers; under ``--gpuperf`` add the profiling extension to the session."""
+    """Register markers; under ``--gpuperf`` start the profiling extension."""
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
-    config.pluginmanager.register(ProfileSummary(config), "gpuperf-profile-summary")
     from pytest_gpuperf.profiling.ncu_capture import child_manifest
 
     manifest = child_manifest()
@@ -154,8 +155,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         and ncu_requested(item, extension.settings)
         and _runs_on_cuda(item)
     ]
-    extension.ncu_node_ids = [item.nodeid for item in wanted]
-    extension.ncu_keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted}
+    extension.select_ncu_tests({item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted})
     if wanted:
         from pytest_gpuperf.profiling.ncu_capture import find_ncu
 
@@ -204,76 +204,54 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"{item.nodeid}: {NCU_MISSING}")
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Add the profile section (shown under a failure); fail on a ``bound=`` mismatch, naming it in the message.
-
-    ``tryfirst`` makes this the outermost wrapper, so it runs after the session has
-    turned regressions into failures.
-    """
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
+def pytest_gpuperf_report_sections(item: pytest.Item) -> list[ReportSection] | None:
+    """The profile section (pytest prints it under a failure); its text and artifacts as call-report properties."""
     records = item.stash.get(PROFILE_KEY, None)
-    if report.when != "call" or not records:
-        return
+    if not records:
+        return None
+    from pytest_gpuperf.hookspecs import ReportSection
+
     text = "\n".join(r.text() for r in records)
-    report.sections.append(("gpuperf profile", text))
-    report.user_properties.append((USER_PROPERTY, text))
-    for record in records:
-        report.user_properties += [(ARTIFACT_PROPERTY, str(p)) for p in record.artifacts]
-    # The profile text itself is the report's "gpuperf profile" section, which pytest prints under a failure:
-    # the failure's own message only gets the mismatches (the text there as well printed it twice).
-    mismatches = [m for r in records for m in r.mismatches]
-    if mismatches and report.passed:
-        report.outcome = "failed"
-        report.longrepr = "\n".join(["pytest-gpuperf: bound assertion failed", *("  " + m for m in mismatches)])
-    elif report.failed and mismatches:
-        extra = "\n".join(mismatches)
-        if isinstance(report.longrepr, str):
-            report.longrepr = f"{report.longrepr}\n{extra}"
-        elif hasattr(report.longrepr, "addsection"):
-            report.longrepr.addsection("gpuperf profile", extra)
+    properties = [(USER_PROPERTY, text), *((ARTIFACT_PROPERTY, str(p)) for r in records for p in r.artifacts)]
+    return [ReportSection("profiling", "gpuperf profile", text, tuple(properties), junit=False)]
 
 
-class ProfileSummary:
-    """Collects profile texts and artifact paths from call reports (xdist workers' too) and prints them."""
+def pytest_gpuperf_failure_reasons(item: pytest.Item, verdicts: list[Any]) -> list[FailureReason] | None:
+    """A ``bound=`` mismatch fails the test, naming it (the profile text itself is the report's section)."""
+    mismatches = [m for r in item.stash.get(PROFILE_KEY, None) or [] for m in r.mismatches]
+    if not mismatches:
+        return None
+    from pytest_gpuperf.hookspecs import FailureReason
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.texts: list[tuple[str, str]] = []
-        self.artifacts: list[str] = []
+    text = "\n".join(["pytest-gpuperf: bound assertion failed", *("  " + m for m in mismatches)])
+    return [FailureReason("profiling", text, "\n".join(mismatches), "gpuperf profile")]
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Keep what the makereport hook put in the call report's user properties."""
-        if report.when != "call":
-            return
-        for key, value in report.user_properties:
-            if key == USER_PROPERTY:
-                self.texts.append((report.nodeid, str(value)))
-            elif key == ARTIFACT_PROPERTY:
-                self.artifacts.append(str(value))
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The ``gpuperf profiling`` section: verdict lines and top kernels per test, artifacts, calibrations."""
-        extension = self.config.stash.get(EXTENSION_KEY, None)
-        calibrated = extension.roofs.calibrated if extension is not None else []
-        # pytest's verbosity: every test's verdict lines with -v; by default only those that flag something
-        # (a counting error, ncu disagreeing, a note), so a quiet run stays a few lines.
-        verbose = int(self.config.option.verbose or 0) > 0 or bool(self.artifacts)  # asked-for traces: say where
-        texts = [(n, t) for n, t in self.texts if verbose or _flags_something(t)]
-        if int(self.config.option.verbose or 0) < 0 or (not texts and not calibrated and not self.artifacts):
-            return
-        tr = terminalreporter
-        tr.write_sep("=", "gpuperf profiling")
-        for node_id, text in texts:
-            tr.write_line(node_id)
-            for line in text.splitlines():
-                tr.write_line("  " + line)
-        if self.artifacts:
-            folder = os.path.commonpath([os.path.dirname(a) for a in self.artifacts])
-            tr.write_line(f"profiling artifacts ({len(self.artifacts)} file(s)) in: {folder}")
-        if calibrated and extension is not None:
-            tr.write_line(f"measured roofs for {', '.join(calibrated)}; kept in {extension.roofs.store.where}")
+def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[TestRecord]) -> list[SummarySection] | None:
+    """The ``gpuperf profiling`` block: verdict lines and top kernels per test, artifacts, calibrations."""
+    if config.stash.get(SESSION_KEY, None) is None or int(config.option.verbose or 0) < 0:
+        return None
+    texts = [(r.nodeid, value) for r in records for key, value in r.properties if key == USER_PROPERTY]
+    artifacts = [value for r in records for key, value in r.properties if key == ARTIFACT_PROPERTY]
+    extension = config.stash.get(EXTENSION_KEY, None)
+    calibrated = extension.roofs.calibrated if extension is not None else []
+    # pytest's verbosity: every test's verdict lines with -v; by default only those that flag something
+    # (a counting error, ncu disagreeing, a note), so a quiet run stays a few lines.
+    verbose = int(config.option.verbose or 0) > 0 or bool(artifacts)  # asked-for traces: say where
+    texts = [(n, t) for n, t in texts if verbose or _flags_something(t)]
+    if not texts and not calibrated and not artifacts:
+        return None
+    lines = []
+    for node_id, text in texts:
+        lines += [node_id, *("  " + line for line in text.splitlines())]
+    if artifacts:
+        folder = os.path.commonpath([os.path.dirname(a) for a in artifacts])
+        lines.append(f"profiling artifacts ({len(artifacts)} file(s)) in: {folder}")
+    if calibrated and extension is not None:
+        lines.append(f"measured roofs for {', '.join(calibrated)}; kept in {extension.roofs.store.where}")
+    from pytest_gpuperf.hookspecs import SummarySection
+
+    return [SummarySection("gpuperf profiling", tuple((line, {}) for line in lines), order=10)]
 
 
 def _flags_something(text: str) -> bool:

@@ -1,4 +1,4 @@
-"""What the reporting feature keeps of each perf test: its outcome and the ``report.gpuperf`` payload.
+"""What the reporting feature keeps of each perf test: its outcome, the ``report.gpuperf`` payload, its properties.
 
 Filled from test reports (also those that xdist workers send back to the controller),
 so the JSON, Markdown and plot writers see every worker's results.
@@ -14,7 +14,7 @@ from pytest_gpuperf.results import worst_status
 
 @dataclass
 class TestRecord:
-    """One perf test's call-phase outcome and the verdicts the session attached to its report."""
+    """One perf test's call-phase outcome, the payload the session attached to its report, its user properties."""
 
     __test__ = False  # not a pytest test class
 
@@ -22,10 +22,11 @@ class TestRecord:
     outcome: str
     duration: float
     data: dict[str, Any] = field(default_factory=dict)
+    properties: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def verdicts(self) -> list[dict[str, Any]]:
-        """The verdict dicts of this test (see ``session.verdict_to_dict``)."""
+        """The verdict dicts of this test (see ``results.verdict_to_dict``)."""
         return list(self.data.get("verdicts", []))
 
     @property

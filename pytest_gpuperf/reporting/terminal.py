@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.reporting.verdict_text import (
@@ -30,6 +30,9 @@ from pytest_gpuperf.reporting.verdict_text import (
 from pytest_gpuperf.results import FAILING_STATUSES
 from pytest_gpuperf.units import format_value
 
+if TYPE_CHECKING:
+    from pytest_gpuperf.reporting.records import TestRecord
+
 HEADER = ["metric", "baseline", "measured", "change", "limit", "verdict"]
 #: The same columns in an A/B run, where the "baseline" is REF's side and "measured" the working tree's.
 AB_HEADER = ["metric", "A (ref)", "B (tree)", "change", "limit", "verdict"]
@@ -40,12 +43,6 @@ def header_for(verdicts: Iterable[dict[str, Any]]) -> list[str]:
     listed = list(verdicts)
     ab = bool(listed) and all(ab_title(v) for v in listed)
     return AB_HEADER if ab else HEADER
-
-
-class SummarySource(Protocol):
-    """What the summary reads from the active session (kept narrow: no import of the session)."""
-
-    reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]
 
 
 def row(verdict: dict[str, Any]) -> list[str]:
@@ -68,11 +65,6 @@ def render_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[s
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return lines
-
-
-def metric_section(verdicts: list[dict[str, Any]]) -> str:
-    """The table of one test's metrics."""
-    return "\n".join(render_table([row(v) for v in verdicts], HEADER))
 
 
 def failure_longrepr(node_id: str, verdicts: list[dict[str, Any]], failures: list[str]) -> str:
@@ -144,10 +136,11 @@ def summary_line(reported: Iterable[tuple[str, dict[str, Any], list[dict[str, An
     return f"gpuperf: {tests} test{'s' if tests != 1 else ''}, {metrics} metrics: {', '.join(parts)}{where}"
 
 
-def write_terminal_summary(terminalreporter: Any, session: SummarySource, settings: Any) -> None:
-    """Write the ``gpuperf`` summary at pytest's verbosity, then what to do about new or improved metrics."""
+def write_terminal_summary(terminalreporter: Any, records: Iterable[TestRecord]) -> None:
+    """Write the ``gpuperf`` summary of ``records`` at pytest's verbosity, then what to do about new or improved
+    metrics."""
     tr = terminalreporter
-    reported = session.reported
+    reported = [(r.nodeid, {**r.data, "outcome": r.outcome}, r.verdicts) for r in records]
     if not reported:
         return
     verbosity = int(getattr(tr, "verbosity", 0) or 0)
@@ -171,10 +164,10 @@ def write_terminal_summary(terminalreporter: Any, session: SummarySource, settin
             for text in render_table(rows, ["test", *header_for(v for _, v in listed)]):
                 tr.write_line("  " + text)
             tr.write_line("  (every metric: pytest -v)")
-    _write_notes(tr, reported, settings)
+    _write_notes(tr, reported)
 
 
-def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], settings: Any) -> None:
+def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> None:
     new_tests: list[str] = []
     improved: list[str] = []
     budget: list[str] = []

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,9 @@ OPTIONS: list[tuple[Any, ...]] = [
         {"metavar": "auto|off|LIST"},
     ),
 ]
+if TYPE_CHECKING:
+    from pytest_gpuperf.hookspecs import SummarySection
+
 SHARER_NAME = "gpuperf-xdist-gpus"
 
 
@@ -118,9 +121,10 @@ class GpuSharer:
         if self._env_set:
             os.environ.pop(self._env_set, None)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Say which GPU each worker used, and warn when workers shared one."""
-        if self.lines:
-            terminalreporter.write_sep("-", "gpuperf xdist")
-            for line in self.lines:
-                terminalreporter.write_line(line)
+    def pytest_gpuperf_summary_sections(self, config: pytest.Config, records: list[Any]) -> list[SummarySection]:
+        """Which GPU each worker used, and a warning when workers shared one."""
+        if not self.lines:
+            return []
+        from pytest_gpuperf.hookspecs import SummarySection
+
+        return [SummarySection("gpuperf xdist", tuple((line, {}) for line in self.lines), sep="-", order=20)]
