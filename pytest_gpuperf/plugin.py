@@ -41,6 +41,7 @@ pytest_plugins = [
     "pytest_gpuperf.reporting.plugin",
     "pytest_gpuperf.backends.vulkan.plugin",
     "pytest_gpuperf.workers.plugin",
+    "pytest_gpuperf.history.plugin",
     "pytest_gpuperf.ab.plugin",  # last: its pytest_pyfunc_call must run before the distributed one
 ]
 SYNC_TIMER = "pytest_gpuperf.timing.sync_timer.synchronized_perf_counter"
