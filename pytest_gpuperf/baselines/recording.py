@@ -46,6 +46,7 @@ class Recorder(Sink):
     """Record, never judge: ``processes`` per baseline (0: the backend's default), every entry rewritten under
     ``update_all``, a slower time/throughput written only under ``accept_slower``."""
 
+    records = True
     plans = False  # a recording measures afresh, not the way the stored entry was timed
 
     def __init__(self, processes: int = 0, update_all: bool = False, accept_slower: bool = False) -> None:

@@ -53,6 +53,11 @@ class Judging:
         self.verdicts: dict[str, list[Verdict]] = {}
         self.contexts: dict[str, TestContext] = {}
 
+    @property
+    def recording(self) -> bool:
+        """True when this run records baselines (``--gpuperf-update``) instead of judging them."""
+        return self.sink.records
+
     def lookup(self, context: TestContext) -> Lookup:
         """The test's baselines as the sink sees them."""
         return Lookup(self.settings, self.baselines, context)

@@ -82,6 +82,8 @@ class Lookup:
 class Sink:
     """What a run does with a test's metrics; the defaults are those of a sink that neither judges nor records."""
 
+    #: Whether this run records baselines instead of judging them (what the reports say about the run).
+    records = False
     #: Whether a measurement plans against the stored entry of its judged metric (its timing method, stop rule).
     plans = True
     #: Whether the stored entries are read for what a re-record keeps (a class near its boundary stays put).
