@@ -230,7 +230,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10, help="runs per case and mode")
     parser.add_argument("--cases", default="unchanged,slower,faster")
     parser.add_argument("--modes", default="ab,stored")
-    parser.add_argument("--ab-max-time", default="0.5", help="--gpuperf-ab-max-time of the A/B runs")
+    parser.add_argument("--ab-max-time", default="0.5", help="gpuperf_ab_max_time of the A/B runs")
     parser.add_argument("--out", default="", help="write every observation to this JSON file")
     parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
     parser.add_argument("--tests", type=int, default=1, help="perf tests in the file (the same step, parametrized)")
@@ -255,7 +255,7 @@ def main() -> int:
         modes = args.modes.split(",")
         if "stored" in modes:
             _, wall, code, tail = pytest_run(
-                root, args.device, ["--gpuperf-update", "--gpuperf-baselines", "stored"], report
+                root, args.device, ["--gpuperf-update", "-o", "gpuperf_baselines=stored"], report
             )
             print(f"baseline recorded at HEAD in {wall:.1f} s (exit {code})", flush=True)
             if code != 0:
@@ -272,10 +272,10 @@ def main() -> int:
                 if case == "unchanged":
                     git(root, "checkout", "--", "mylib.py")
                 for mode in modes:
-                    extra = ["--gpuperf-baselines", "stored"]
+                    extra = ["-o", "gpuperf_baselines=stored"]
                     if mode == "ab":
-                        extra = ["--gpuperf-ab", "HEAD", "--gpuperf-ab-max-time", args.ab_max_time]
-                        extra += ["--gpuperf-baselines", "empty"]
+                        extra = ["--gpuperf-ab", "HEAD", "-o", f"gpuperf_ab_max_time={args.ab_max_time}"]
+                        extra += ["-o", "gpuperf_baselines=empty"]
                     log = log_dir / f"{case}-{mode}-{run + 1}.jsonl" if log_dir else None
                     document, wall, code, tail = pytest_run(root, args.device, extra, report, log)
                     row = observe(mode, case, document, wall, code, tail, node)

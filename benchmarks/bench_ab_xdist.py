@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=4, help="perf tests in the one file")
     parser.add_argument("--runs", type=int, default=2, help="runs per dist mode (alternating)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--ab-max-time", default="0.3", help="--gpuperf-ab-max-time")
+    parser.add_argument("--ab-max-time", default="0.3", help="gpuperf_ab_max_time")
     opts = parser.parse_args()
     rows: dict[str, list[tuple[float, int, int]]] = {"load": [], "loadfile": []}
     with tempfile.TemporaryDirectory(prefix="bench-ab-xdist-") as tmp:
@@ -79,7 +79,7 @@ def main() -> None:
                 pids = root / f"{mode}-{run}.pids"
                 command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-n", "1", "--dist", mode]
                 command += ["--gpuperf", "--gpuperf-backend", opts.device, "--gpuperf-ab", "HEAD"]
-                command += ["--gpuperf-ab-max-time", opts.ab_max_time, "test_perf.py"]
+                command += ["-o", f"gpuperf_ab_max_time={opts.ab_max_time}", "test_perf.py"]
                 began = time.perf_counter()
                 done = subprocess.run(
                     command, cwd=root, env={**os.environ, "BENCH_PIDS": str(pids)}, capture_output=True, text=True

@@ -5,7 +5,7 @@
 Both modes use the same path a ``@pytest.mark.gpuperf_distributed`` test takes
 (:class:`pytest_gpuperf.distributed.manager.PoolManager`: ``python -m
 torch.distributed.run`` + the pool worker); "per-test launch" starts fresh ranks for
-every test (``--gpuperf-dist-no-pool``), "pool" starts them once. Each test builds
+every test (``gpuperf_no_dist_pool``), "pool" starts them once. Each test builds
 a MiniLLM, shards it with ``fully_shard`` per block and at the root, and runs 3
 training steps: CPU sizes and fp32 on gloo; on CUDA (NCCL, one GPU per rank) the GPU
 test sizes (``--config test``, about 0.1-0.3 s per test on an H200) or the seed's,

@@ -54,7 +54,7 @@ def _median_seconds(fn: Callable[[], object], repeats: int = 7) -> float:
 
 def main() -> int:
     """Print the table."""
-    torch.set_num_threads(1)  # as the plugin measures CPU steps (--gpuperf-cpu-threads 1)
+    torch.set_num_threads(1)  # as the plugin measures CPU steps (gpuperf_cpu_threads = 1)
     print("| step | plain call (ms) | counted call (ms) | ratio | ops counted |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, step in _steps().items():

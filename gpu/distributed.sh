@@ -18,7 +18,7 @@ LOG=$WORK/distributed
 mkdir -p "$LOG" "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export GPUPERF_TEST_TAG="gpuperf-gpu-distributed-$$"
-COMMON=(-p no:cacheprovider -p no:randomly -rA --gpuperf-backend cuda --gpuperf-max-time 1)
+COMMON=(-p no:cacheprovider -p no:randomly -rA --gpuperf-backend cuda -o gpuperf_max_time=1)
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$LOG/gpu.txt" 2>&1
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" \
@@ -125,7 +125,7 @@ def test_gemm(gpuperf):
     gpuperf.measure(lambda: a @ a, name="gemm", flops=2 * 4096**3)
 PY
 (cd "$REP" && timeout 400 python -m pytest test_replicate_cuda.py -p no:cacheprovider -p no:randomly --gpuperf \
-   --gpuperf-backend cuda --gpuperf-max-time 1 > "$LOG/4_replicate.txt" 2>&1
+   --gpuperf-backend cuda -o gpuperf_max_time=1 > "$LOG/4_replicate.txt" 2>&1
  echo "rc=$?" >> "$LOG/4_replicate.txt"; cat replicas.txt >> "$LOG/4_replicate.txt" 2>/dev/null)
 
 sleep 1

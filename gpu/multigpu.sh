@@ -23,8 +23,8 @@ mkdir -p "$LOG" "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export GPUPERF_TEST_TAG="gpuperf-gpu-multigpu-$$" MULTIGPU_BACKEND=$BACKEND MULTIGPU_WORLD=$WORLD
 if [ "$BACKEND" = cuda ]; then BASELINES=baselines; else BASELINES=$WORK/baselines; fi
-COMMON=(-p no:cacheprovider -p no:randomly -rA --gpuperf-backend "$BACKEND" --gpuperf-max-time 1
-  --gpuperf-baselines "$BASELINES" --gpuperf-dist-timeout 90)
+COMMON=(-p no:cacheprovider -p no:randomly -rA --gpuperf-backend "$BACKEND" -o gpuperf_max_time=1
+  -o gpuperf_baselines="$BASELINES" -o gpuperf_dist_timeout=90)
 
 left() { # seconds for the next step: its cap, or what is left of the budget (at least 5)
   local rest=$((BUDGET - SECONDS))

@@ -74,8 +74,8 @@ def test_op(gpuperf, name):
 PY
 SEL=(-k "gemm or add or softmax or gelu or layernorm")
 ARGS=("$U/ops/test_user_ops.py" "${SEL[@]}" -p no:randomly --rootdir "$PWD" -c "$PWD/pyproject.toml" --gpuperf
-      --gpuperf-update --gpuperf-backend cuda --gpuperf-max-time 0.5 --gpuperf-baselines "$W/baselines"
-      --gpuperf-artifacts "$W/artifacts" -rs -v)
+      --gpuperf-update --gpuperf-backend cuda -o gpuperf_max_time=0.5 -o gpuperf_baselines="$W/baselines"
+      -o gpuperf_artifacts="$W/artifacts" -rs -v)
 A=$(run A_plain); echo "$A"
 B=$(run B_ncu --gpuperf-ncu); echo "$B"
 python3 - "$A" "$B" "$W/B_ncu.log" <<'PY'

@@ -1,4 +1,4 @@
-# Sourced by gpu/ncu_*.sh: `run NAME [ARGS...]` runs `python3 -m pytest "${ARGS[@]}" ARGS...` (280 s at most) with
+# Sourced by gpu/ncu_user.sh: `run NAME [ARGS...]` runs `python3 -m pytest "${ARGS[@]}" ARGS...` (280 s at most) with
 # its output in $W/NAME.log, and prints "NAME WALL_SECONDS EXIT_CODE".
 run() {  # name, extra args...
   local name=$1; shift

@@ -12,7 +12,7 @@ PYTEST=(python3 -m pytest -p no:cacheprovider -p no:randomly)
 {
   echo "== environment"; echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
   python3 -c "import wgpu; print('wgpu', wgpu.__version__)"
-  "${PYTEST[@]}" --gpuperf-vulkan-adapters
+  "${PYTEST[@]}" -o gpuperf_vulkan_adapters=true
 } >"$LOG/adapters.txt" 2>&1
 
 timeout 60 "${PYTEST[@]}" --gpuperf --gpuperf-update --gpuperf-backend vulkan perf_tests -rs -v \

@@ -15,10 +15,10 @@ ACCEPT_SLOWER = "--gpuperf-accept-slower"
 
 
 def update_command(node_ids: Iterable[str], *, accept_slower: bool = False, processes: int | None = None) -> str:
-    """``pytest --gpuperf --gpuperf-update [--gpuperf-accept-slower] [--gpuperf-processes N] 'id' ...``."""
+    """``pytest --gpuperf --gpuperf-update [--gpuperf-accept-slower] [-o gpuperf_processes=N] 'id' ...``."""
     parts = ["pytest", "--gpuperf", "--gpuperf-update"]
     if accept_slower:
         parts.append(ACCEPT_SLOWER)
     if processes:
-        parts += ["--gpuperf-processes", str(processes)]
+        parts += ["-o", f"gpuperf_processes={processes}"]
     return " ".join([*parts, *(shlex.quote(node_id) for node_id in dict.fromkeys(node_ids))])

@@ -3,8 +3,8 @@
 A fingerprint is the dict a backend reports, plus the world size. Only the
 *identity* fields (``MATCH_FIELDS``, configurable with the ``gpuperf_match`` ini
 key) decide which baseline file applies: backend, device name, architecture
-(compute capability on CUDA), memory size in GiB and world size. So an H200
-baseline is never compared with an L4 or an M3, and a 2-rank baseline never
+(compute capability on CUDA), memory size in GiB and world size. So a baseline
+of one GPU model is never compared with another's, and a 2-rank baseline never
 with a 1-rank run. Software versions (driver, CUDA runtime, torch) are recorded
 in the file and a difference is shown in the report, but does not pick another
 file: a torch upgrade that slows a kernel is exactly what the gate should catch.
@@ -32,8 +32,8 @@ def _slug(text: str) -> str:
 def baseline_filename(fingerprint: dict[str, Any], fields: tuple[str, ...] = MATCH_FIELDS) -> str:
     """A stable, readable file name from the identity fields.
 
-    ``{'backend': 'cuda', 'device_name': 'NVIDIA H200', 'arch': 'sm_90', 'memory_gib': 140,
-    'world_size': 1}`` -> ``cuda-nvidia-h200-sm-90-140gib-ws1.yaml``.
+    ``{'backend': 'cuda', 'device_name': 'NVIDIA A100', 'arch': 'sm_80', 'memory_gib': 80,
+    'world_size': 1}`` -> ``cuda-nvidia-a100-sm-80-80gib-ws1.yaml``.
     """
     parts = []
     for key in fields:
@@ -48,7 +48,7 @@ def baseline_filename(fingerprint: dict[str, Any], fields: tuple[str, ...] = MAT
 
 
 def describe(fingerprint: dict[str, Any]) -> str:
-    """Short human description: ``NVIDIA H200 sm_90`` or ``AMD EPYC ... x86_64 (2 ranks)``."""
+    """Short human description: ``NVIDIA A100 sm_80`` or ``AMD EPYC ... x86_64 (2 ranks)``."""
     text = f"{fingerprint.get('device_name', '?')} {fingerprint.get('arch', '')}".strip()
     world = fingerprint.get("world_size", 1)
     if world and world != 1:

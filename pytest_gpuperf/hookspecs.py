@@ -50,6 +50,6 @@ def pytest_gpuperf_run_in_fresh_processes(item: pytest.Item, processes: int) -> 
     """Run the running test ``item`` again in ``processes`` fresh processes; return each one's metrics (unjudged).
 
     Called from the call phase, after the test body: to record a baseline from several processes
-    (``--gpuperf-processes``) and to confirm a suspected regression in a fresh process. Raise with the
+    (``gpuperf_processes``) and to confirm a suspected regression in a fresh process. Raise with the
     reason when the test cannot run elsewhere; return None when this plugin does not replicate.
     """

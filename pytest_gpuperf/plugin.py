@@ -45,6 +45,108 @@ pytest_plugins = [
 ]
 SYNC_TIMER = "pytest_gpuperf.timing.sync_timer.synchronized_perf_counter"
 
+_TOLERANCE = {"section": "tolerances"}
+
+#: The core's flags and ini keys (ini keys without a section: the measuring loop).
+OPTIONS: list[tuple[Any, ...]] = [
+    ("--gpuperf", "bool", False, "measure perf tests and judge them against baselines (off: run each step once)"),
+    ("--gpuperf-update", "bool", False, "record or refresh the baselines of the perf tests that ran; others are kept"),
+    (
+        "--gpuperf-backend",
+        "str",
+        "",
+        "backends to run on, comma-separated, e.g. cuda,cpu (default: every available one)",
+        {"metavar": "NAMES"},
+    ),
+    (
+        "--gpuperf-strict",
+        "bool",
+        False,
+        "fail perf tests that have no baseline for this hardware or whose verdict is inconclusive (by default "
+        "those pass with a warning); a backend named by --gpuperf-backend that is absent is a usage error",
+    ),
+    (
+        "gpuperf_baselines",
+        "str",
+        "baselines",
+        "directory of baseline YAML files, relative to the rootdir",
+        {"metavar": "DIR", "section": "baselines"},
+    ),
+    (
+        "gpuperf_processes",
+        "int",
+        0,
+        "with --gpuperf-update, record each baseline from N fresh processes and store their spread "
+        "(0: 3 on the CPU backend and on a GPU that ran the test at its power cap, 1 otherwise)",
+        {"minimum": 0, "section": "baselines"},
+    ),
+    ("gpuperf_time_tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)", _TOLERANCE),
+    ("gpuperf_cpu_time_tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU", _TOLERANCE),
+    ("gpuperf_memory_tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)", _TOLERANCE),
+    (
+        "gpuperf_host_tolerance",
+        "float",
+        0.25,
+        "tolerated growth of a CUDA step's host overhead (eager time minus device time; 0.25 = 25%)",
+        _TOLERANCE,
+    ),
+    ("gpuperf_max_time", "float", 2.0, "measuring budget per measure() call, in seconds", {"above": 0}),
+    ("gpuperf_min_samples", "int", 30, "least samples per measure() call", {"minimum": 1}),
+    (
+        "gpuperf_precision",
+        "float",
+        0.01,
+        "with no baseline, stop when the judged quantile's 95% half-width < this",
+        {"above": 0, "metavar": "FRACTION"},
+    ),
+    ("gpuperf_no_confirm", "bool", False, "fail a suspected time regression without measuring again"),
+    (
+        "gpuperf_power_warmup",
+        "float",
+        2.5,
+        "CUDA: most seconds of replays before sampling while the GPU's SM clock or power still drifts "
+        "(0: no power warm-up)",
+        {"metavar": "SECONDS"},
+    ),
+    ("gpuperf_l2_flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
+    (
+        "gpuperf_cuda_graph",
+        "str",
+        "auto",
+        "CUDA device time from a graph of the whole step: auto/on (capture; CUPTI kernel sums, then events "
+        "when capture fails), off (no graph)",
+        {"choices": ("auto", "on", "off")},
+    ),
+    (
+        "gpuperf_no_cupti",
+        "bool",
+        False,
+        "on CUDA, when a step cannot be captured into a CUDA graph, time eager calls with events instead of "
+        "summing its kernels through the CUDA profiler (whose start costs seconds)",
+    ),
+    (
+        "gpuperf_cpu_clock",
+        "str",
+        "auto",
+        "CPU backend clock: thread (CPU time), wall, auto (thread if 1 torch thread)",
+        {"choices": ("auto", "thread", "wall")},
+    ),
+    (
+        "gpuperf_cpu_threads",
+        "int",
+        1,
+        "intra-op torch threads while timing CPU steps (0: the test's own); recorded in the CPU fingerprint",
+        {"minimum": 0},
+    ),
+    (
+        "gpuperf_no_heap_shift",
+        "bool",
+        False,
+        "CPU backend: keep the step's heap layout for the whole process (by default a random spacer shifts it "
+        "between samples and glibc's mmap/trim thresholds are fixed, so a process is not stuck in a slow layout)",
+    ),
+]
+
 MARKERS = (
     "gpuperf(time_tolerance=None, memory_tolerance=None, tolerance=None, tolerances=None, max_time=None, "
     "min_samples=None, precision=None, bound=None, informational=None): perf-test settings for pytest-gpuperf; "
@@ -64,8 +166,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register ``--gpuperf*`` flags and their ini twins."""
-    add_options(parser)
+    """Register the core's flags and ini keys (``OPTIONS``)."""
+    add_options(parser, OPTIONS, "measuring loop")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -166,7 +268,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Under ``--gpuperf-strict``, a backend named by ``--gpuperf-backend`` that this machine lacks is a usage error.
 
     Otherwise a GPU gate that lands on a runner without the GPU skips every test and passes.
-    (After every plugin's ``pytest_configure``, so a device selection such as ``--gpuperf-vulkan-device`` counts.)
+    (After every plugin's ``pytest_configure``, so a device selection such as ``gpuperf_vulkan_device`` counts.)
     """
     config = session.config
     if not (get_option(config, "--gpuperf-strict") and get_option(config, "--gpuperf-backend")):

@@ -128,3 +128,31 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "sample_values": list(metric.samples),  # raw samples, for the JSON report (pytest-benchmark stats)
         "extra": {k: v for k, v in metric.extra.items() if isinstance(v, (int, float, str, bool))},
     }
+
+
+def verdict_from_dict(data: dict[str, Any]) -> Verdict:
+    """The verdict that :func:`verdict_to_dict` wrote (its metric's samples from ``sample_values``; a metric whose
+    status is ``info`` is not judged). A worker's verdicts come back to its controller this way (A/B)."""
+    metric = Metric(
+        str(data["metric"]),
+        data.get("value"),  # type: ignore[arg-type]
+        str(data.get("unit", "")),
+        data.get("better", "lower"),
+        str(data.get("kind", KIND_CUSTOM)),
+        samples=list(data.get("sample_values") or []),
+        judged=data.get("status") != "info",
+        tolerance=data.get("tolerance"),
+        extra=dict(data.get("extra") or {}),
+    )
+    ci = data.get("ci")
+    return Verdict(
+        metric,
+        data.get("status", "new"),
+        data.get("baseline"),
+        data.get("ratio"),
+        (float(ci[0]), float(ci[1])) if ci else None,
+        data.get("tolerance"),
+        str(data.get("message", "")),
+        doubt=str(data.get("doubt") or ""),
+        reason=str(data.get("reason") or ""),
+    )

@@ -67,7 +67,7 @@ class GpuperfSession:
             item.warn(GpuperfWarning(line))  # shown at the test's file and line, as pytest's own warnings are
 
     def _replicate(self, item: pytest.Item) -> None:
-        """``--gpuperf-processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
+        """``gpuperf_processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
         from pytest_gpuperf.judging.replication import second_look
 
         def fresh(processes: int) -> tuple[list[dict[str, Any]], str]:

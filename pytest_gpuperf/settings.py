@@ -1,14 +1,21 @@
-"""Command-line options, their ini twins, and the resolved :class:`Settings`.
+"""Options: a few command-line flags, every other setting an ini key; and the resolved :class:`Settings`.
 
-Every ``--gpuperf-*`` flag has an ini key of the same name with underscores
-(``--gpuperf-max-time`` <-> ``gpuperf_max_time``); the command line wins.
+An options table names each option by how it is given:
+
+* ``--gpuperf-json``: a command-line flag, with an ini twin of the same name with underscores
+  (``gpuperf_json``); the command line wins. Only what users choose per run is a flag.
+* ``gpuperf_max_time``: an ini key only, set in pytest.ini / pyproject.toml or with
+  ``-o gpuperf_max_time=0.5``. Its old flag (``--gpuperf-max-time``) still parses, hidden from
+  ``--help``, with a deprecation warning naming the key (to be removed in the next release).
+
+``docs/options.md`` lists every option with its default; ``tests/test_options_doc.py`` keeps it in step.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,127 +25,84 @@ if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.timing import MeasureConfig
 
-# (flag, kind, default, help[, extras]). kind: "bool" | "str" | "float" | "int".
-# extras: metavar, choices (accepted values), aliases (old spellings: working, hidden from --help),
-# minimum / above (inclusive / exclusive lower bound of a number), maximum (inclusive upper bound).
+# (name, kind, default, help[, extras]). name: "--gpuperf-x" (a flag and its ini twin) or "gpuperf_x" (an ini key
+# only). kind: "bool" | "str" | "float" | "int". extras: metavar, choices (accepted values), aliases (old flag
+# spellings: working, hidden from --help), minimum / above (inclusive / exclusive lower bound of a number),
+# maximum (inclusive upper bound), section (its group in docs/options.md, one of SECTIONS).
 OptionSpec = tuple[Any, ...]
 
-OPTIONS: list[OptionSpec] = [
-    ("--gpuperf", "bool", False, "measure perf tests and judge them against baselines (off: run each step once)"),
-    ("--gpuperf-update", "bool", False, "record or refresh the baselines of the perf tests that ran; others are kept"),
-    (
-        "--gpuperf-baselines",
-        "str",
-        "baselines",
-        "directory of baseline YAML files, relative to the rootdir",
-        {"metavar": "DIR"},
-    ),
-    (
-        "--gpuperf-backend",
-        "str",
-        "",
-        "backends to run on, comma-separated, e.g. cuda,cpu (default: every available one)",
-        {"metavar": "NAMES"},
-    ),
-    (
-        "--gpuperf-strict",
-        "bool",
-        False,
-        "fail perf tests that have no baseline for this hardware or whose verdict is inconclusive (by default "
-        "those pass with a warning); a backend named by --gpuperf-backend that is absent is a usage error",
-    ),
-    ("--gpuperf-time-tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)"),
-    ("--gpuperf-cpu-time-tolerance", "float", 0.25, "tolerated slowdown of time/throughput on the CPU backend"),
-    ("--gpuperf-memory-tolerance", "float", 0.05, "tolerated growth of peak memory (0.05 = 5%)"),
-    (
-        "--gpuperf-host-tolerance",
-        "float",
-        0.25,
-        "tolerated growth of a CUDA step's host overhead (eager time minus device time; 0.25 = 25%)",
-    ),
-    (
-        "--gpuperf-power-warmup",
-        "float",
-        2.5,
-        "CUDA: most seconds of replays before sampling while the GPU's SM clock or power still drifts "
-        "(0: no power warm-up)",
-        {"metavar": "SECONDS"},
-    ),
-    ("--gpuperf-max-time", "float", 2.0, "measuring budget per measure() call, in seconds", {"above": 0}),
-    ("--gpuperf-min-samples", "int", 30, "least samples per measure() call", {"minimum": 1}),
-    (
-        "--gpuperf-precision",
-        "float",
-        0.01,
-        "with no baseline, stop when the judged quantile's 95% half-width < this",
-        {"above": 0, "metavar": "FRACTION"},
-    ),
-    ("--gpuperf-no-reference", "bool", False, "deprecated, no effect (the drift reference was removed)"),
-    ("--gpuperf-no-confirm", "bool", False, "fail a suspected time regression without measuring again"),
-    (
-        "--gpuperf-processes",
-        "int",
-        0,
-        "with --gpuperf-update, record each baseline from N fresh processes and store their spread "
-        "(0: 3 on the CPU backend and on a GPU that ran the test at its power cap, 1 otherwise)",
-        {"minimum": 0},
-    ),
-    ("--gpuperf-l2-flush", "bool", False, "write a buffer larger than the cache before each timed call (cold cache)"),
-    (
-        "--gpuperf-cuda-graph",
-        "str",
-        "auto",
-        "CUDA device time from a graph of the whole step: auto/on (capture; CUPTI kernel sums, then events "
-        "when capture fails), off (no graph)",
-        {"choices": ("auto", "on", "off")},
-    ),
-    (
-        "--gpuperf-cpu-clock",
-        "str",
-        "auto",
-        "CPU backend clock: thread (CPU time), wall, auto (thread if 1 torch thread)",
-        {"choices": ("auto", "thread", "wall")},
-    ),
-    (
-        "--gpuperf-no-cupti",
-        "bool",
-        False,
-        "on CUDA, when a step cannot be captured into a CUDA graph, time eager calls with events instead of "
-        "summing its kernels through the CUDA profiler (whose start costs seconds)",
-    ),
-    (
-        "--gpuperf-no-heap-shift",
-        "bool",
-        False,
-        "CPU backend: keep the step's heap layout for the whole process (by default a random spacer shifts it "
-        "between samples and glibc's mmap/trim thresholds are fixed, so a process is not stuck in a slow layout)",
-    ),
-    (
-        "--gpuperf-cpu-threads",
-        "int",
-        1,
-        "intra-op torch threads while timing CPU steps (0: the test's own); recorded in the CPU fingerprint",
-        {"minimum": 0},
-    ),
-]
+#: The groups of ini keys in docs/options.md, in order.
+SECTIONS = (
+    "measuring loop",
+    "tolerances",
+    "timeouts",
+    "baselines",
+    "reports",
+    "profiling",
+    "distributed",
+    "A/B",
+    "backends",
+)
 
 
 def ini_name(flag: str) -> str:
-    """``--gpuperf-max-time`` -> ``gpuperf_max_time`` (``--gpuperf`` -> ``gpuperf``)."""
+    """``--gpuperf-max-time`` -> ``gpuperf_max_time`` (``--gpuperf`` -> ``gpuperf``; an ini key stays itself)."""
     return flag.lstrip("-").replace("-", "_")
 
 
-_REGISTRY: dict[str, tuple[str, Any, dict[str, Any]]] = {}
+def flag_name(name: str) -> str:
+    """``gpuperf_max_time`` -> ``--gpuperf-max-time``."""
+    return "--" + ini_name(name).replace("_", "-")
 
 
-def _default_metavar(flag: str, kind: str) -> str:
+@dataclass(frozen=True)
+class Option:
+    """One registered option: its ini key, its visible flag (None: an ini key only) and how its value is checked."""
+
+    name: str
+    flag: str | None
+    kind: str
+    default: Any
+    help: str
+    section: str
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hidden_flags(self) -> tuple[str, ...]:
+        """Spellings that parse but are not listed: old aliases, and an ini-only key's retired flag."""
+        retired = () if self.flag else (flag_name(self.name),)
+        return (*retired, *self.extras.get("aliases", ()))
+
+
+_REGISTRY: dict[str, Option] = {}
+#: The title of the plugin's flags in ``pytest --help``; says where every other setting is.
+GROUP_TITLE = (
+    "GPU performance regression testing (pytest-gpuperf; every other setting is an ini key gpuperf_*, "
+    "listed under [pytest] ini-options below and in docs/options.md)"
+)
+
+
+def registered_options() -> list[Option]:
+    """Every option registered so far (by the core and by the feature plugins), in registration order."""
+    return list(_REGISTRY.values())
+
+
+def _default_metavar(name: str, kind: str) -> str:
     if kind == "int":
         return "N"
     if kind == "float":
-        if "tolerance" in flag or "share" in flag:
+        if "tolerance" in name or "share" in name:
             return "FRACTION"
-        return "SECONDS" if "time" in flag else "NUMBER"
+        return "SECONDS" if "time" in name else "NUMBER"
     return "VALUE"
+
+
+def metavar(option: Option) -> str:
+    """How ``--help`` and docs/options.md show the value an option takes."""
+    choices = option.extras.get("choices")
+    if choices:
+        return "{" + ",".join(choices) + "}"
+    return option.extras.get("metavar") or _default_metavar(option.name, option.kind)
 
 
 def argparse_help(text: str) -> str:
@@ -153,92 +117,120 @@ def with_default(text: str, default: Any) -> str:
     return f"{text} (default: {default})"
 
 
-def add_options(parser: pytest.Parser, options: list[OptionSpec] | None = None) -> None:
-    """Register command-line flags and their ini twins (the core's ``OPTIONS`` by default).
+def add_options(parser: pytest.Parser, options: list[OptionSpec], section: str) -> None:
+    """Register the flags and ini keys of ``options``; ``section``: the docs group of those that name none.
 
-    Feature modules call this from their own ``pytest_addoption`` with their own list,
-    then read values with :func:`get_option`.
+    The core plugin and each feature plugin call this from their ``pytest_addoption`` with their own
+    table, then read values with :func:`get_option`.
     """
-    group = parser.getgroup("gpuperf", "GPU performance regression testing (pytest-gpuperf)")
-    for spec in OPTIONS if options is None else options:
-        flag, kind, default, help_text = spec[:4]
+    group = parser.getgroup("gpuperf", GROUP_TITLE)
+    for spec in options:
+        given, kind, default, help_text = spec[:4]
         extras: dict[str, Any] = dict(spec[4]) if len(spec) > 4 else {}
-        _REGISTRY[flag] = (kind, default, extras)
-        name = ini_name(flag)
-        aliases = tuple(extras.get("aliases", ()))
+        visible = given if given.startswith("--") else None
+        option = Option(ini_name(given), visible, kind, default, help_text, extras.pop("section", section), extras)
+        _REGISTRY[option.name] = option
+        shown = help_text if kind == "bool" else with_default(help_text, default)
+        flags = [(visible, argparse_help(shown))] if visible else []
+        flags += [(hidden, argparse.SUPPRESS) for hidden in option.hidden_flags]
+        for flag, flag_help in flags:
+            if kind == "bool":
+                group.addoption(flag, action="store_true", default=None, dest=option.name, help=flag_help)
+            else:
+                group.addoption(
+                    flag, action="store", default=None, dest=option.name, metavar=metavar(option), help=flag_help
+                )
         if kind == "bool":
-            group.addoption(flag, action="store_true", default=None, dest=name, help=argparse_help(help_text))
-            for alias in aliases:  # old spelling: still works, not listed
-                group.addoption(alias, action="store_true", default=None, dest=name, help=argparse.SUPPRESS)
-            parser.addini(name, help=help_text, type="bool", default=default)
-            for alias in aliases:
-                parser.addini(ini_name(alias), help=f"old spelling of {name}", type="bool", default=False)
-            continue
-        choices = extras.get("choices")
-        metavar = extras.get("metavar") or ("{" + ",".join(choices) + "}" if choices else _default_metavar(flag, kind))
-        shown = with_default(help_text, default)
-        group.addoption(
-            flag, *aliases, action="store", default=None, dest=name, metavar=metavar, help=argparse_help(shown)
-        )
-        parser.addini(name, help=shown, default=str(default))
+            parser.addini(option.name, help=help_text, type="bool", default=default)
+            for alias in extras.get("aliases", ()):
+                parser.addini(ini_name(alias), help=f"old spelling of {option.name}", type="bool", default=False)
+        else:
+            parser.addini(option.name, help=shown, default=str(default))
 
 
-def get_option(config: pytest.Config, flag: str) -> Any:
-    """The value of ``flag``: command line first, then the ini twin, converted to its kind and checked.
+def _label(option: Option, from_command_line: bool) -> str:
+    """How an error names the option: ``--gpuperf-x / gpuperf_x`` for a flag given, else the ini key."""
+    flag = option.flag or (flag_name(option.name) if from_command_line else None)
+    return f"{flag} / {option.name}" if flag else option.name
 
-    Raises ``pytest.UsageError`` naming the flag, its ini key and the accepted values for a bad value.
+
+def get_option(config: pytest.Config, name: str) -> Any:
+    """The value of option ``name`` (``gpuperf_max_time`` or ``--gpuperf-max-time``): command line first, then
+    the ini key, converted to its kind and checked.
+
+    Raises ``pytest.UsageError`` naming the option and the accepted values for a bad value.
     """
-    if flag not in _REGISTRY:
-        raise KeyError(f"{flag} is not a registered pytest-gpuperf option")
-    kind, default, extras = _REGISTRY[flag]
-    name = ini_name(flag)
-    value = config.getoption(name, default=None)
-    if kind == "bool":
+    option = _REGISTRY.get(ini_name(name))
+    if option is None:
+        raise KeyError(f"{name} is not a registered pytest-gpuperf option")
+    value = config.getoption(option.name, default=None)
+    if option.kind == "bool":
         if value:
             return True
-        return bool(config.getini(name)) or any(bool(config.getini(ini_name(a))) for a in extras.get("aliases", ()))
+        aliases = option.extras.get("aliases", ())
+        return bool(config.getini(option.name)) or any(bool(config.getini(ini_name(a))) for a in aliases)
+    label = _label(option, value is not None)
     if value is None:
-        value = config.getini(name)
-    if kind == "float":
-        return _check_range(_convert(float, value, flag), flag, extras)
-    if kind == "int":
-        return _check_range(_convert(int, value, flag), flag, extras)
-    text = str(value) if value is not None else default
-    choices = extras.get("choices")
+        value = config.getini(option.name)
+    if option.kind == "float":
+        return _check_range(_convert(float, value, label), label, option.extras)
+    if option.kind == "int":
+        return _check_range(_convert(int, value, label), label, option.extras)
+    text = str(value) if value is not None else option.default
+    choices = option.extras.get("choices")
     if choices:
-        return _choice(text, flag, tuple(choices))
+        return _choice(text, label, tuple(choices))
     return text
 
 
-#: Options that still parse but do nothing, and what the warning says when one is given.
-DEPRECATED: dict[str, str] = {
-    "--gpuperf-no-reference": "--gpuperf-no-reference has no effect (the drift reference workload was removed) "
-    "and will be removed in the next release; drop it from the command line or ini file",
-}
+def command_line_value(config: pytest.Config, name: str) -> str | None:
+    """The value this run's command line gave option ``name`` (its flag, or ``-o name=value``), as text; or None."""
+    value = config.getoption(ini_name(name), default=None)
+    if value is not None and value is not False:
+        return "true" if value is True else str(value)
+    given = None
+    for item in getattr(config.option, "override_ini", None) or ():
+        key, _, text = str(item).partition("=")
+        if key.strip() == ini_name(name):
+            given = text  # the last -o wins, as in pytest
+    return given
+
+
+def _registered_here(config: pytest.Config) -> list[Option]:
+    """Options registered in this run (a feature plugin disabled with ``-p no:...`` registered none)."""
+    registered = getattr(getattr(config, "_parser", None), "_inidict", None)
+    return [o for o in _REGISTRY.values() if registered is None or o.name in registered]
 
 
 def warn_deprecated(config: pytest.Config) -> None:
-    """A :class:`pytest.PytestDeprecationWarning` for each deprecated option the run was given."""
-    registered = getattr(getattr(config, "_parser", None), "_inidict", None)
-    for flag, message in DEPRECATED.items():
-        if (registered is None or ini_name(flag) in registered) and get_option(config, flag):
-            config.issue_config_time_warning(pytest.PytestDeprecationWarning(message), stacklevel=2)
+    """A :class:`pytest.PytestDeprecationWarning` for each retired flag the command line gave, naming its ini key."""
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker has its controller's command line: the controller warned
+    args = [str(a).split("=", 1)[0] for a in config.invocation_params.args]
+    for option in _registered_here(config):
+        value = config.getoption(option.name, default=None)
+        if option.flag is not None or value is None:
+            continue
+        used = next((f for f in option.hidden_flags if f in args), option.hidden_flags[0])
+        shown = "true" if value is True else value
+        message = (
+            f"{used} is deprecated and will be removed in the next release; set the ini key {option.name} instead "
+            f"(in pytest.ini or pyproject.toml, or -o {option.name}={shown}); see docs/options.md"
+        )
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(message), stacklevel=2)
 
 
 def check_all_options(config: pytest.Config) -> None:
     """Read every registered option once, so a bad value is a usage error at start-up, not mid-run."""
-    # only options registered in this run (a feature plugin disabled with -p no:... registered none)
-    registered = getattr(getattr(config, "_parser", None), "_inidict", None)
-    for flag in list(_REGISTRY):
-        if registered is None or ini_name(flag) in registered:
-            get_option(config, flag)
+    for option in _registered_here(config):
+        get_option(config, option.name)
 
 
-def _convert(kind: type, value: Any, flag: str) -> Any:
+def _convert(kind: type, value: Any, label: str) -> Any:
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise pytest.UsageError(f"{flag} / {ini_name(flag)}: expected a {kind.__name__}, got {value!r}") from None
+        raise pytest.UsageError(f"{label}: expected a {kind.__name__}, got {value!r}") from None
 
 
 def accepted_range(extras: dict[str, Any]) -> str:
@@ -251,7 +243,7 @@ def accepted_range(extras: dict[str, Any]) -> str:
     return low if maximum is None else f"{low} and <= {maximum:g}"
 
 
-def _check_range(number: float, flag: str, extras: dict[str, Any]) -> Any:
+def _check_range(number: float, label: str, extras: dict[str, Any]) -> Any:
     """Every numeric option is finite and at least 0 unless its extras say otherwise."""
     low = extras.get("minimum", 0)
     above = extras.get("above")
@@ -263,17 +255,21 @@ def _check_range(number: float, flag: str, extras: dict[str, Any]) -> Any:
         or (maximum is not None and number > maximum)
     )
     if bad:
-        raise pytest.UsageError(
-            f"{flag} / {ini_name(flag)}: expected a number {accepted_range(extras)}, got {number!r}"
-        )
+        raise pytest.UsageError(f"{label}: expected a number {accepted_range(extras)}, got {number!r}")
     return number
+
+
+def _choice(value: str, label: str, choices: tuple[str, ...]) -> str:
+    mode = value.strip().lower() or choices[0]
+    if mode not in choices:
+        raise pytest.UsageError(f"{label}: expected one of {', '.join(choices)}, got {value!r}")
+    return mode
 
 
 @dataclass
 class Settings:
     """Everything the active session needs, resolved once at configure time."""
 
-    enabled: bool
     update: bool
     baselines_dir: Path
     backends: list[str]
@@ -306,46 +302,38 @@ def selected_backends(config: pytest.Config) -> list[str]:
         raise pytest.UsageError(f"--gpuperf-backend: {exc}") from None
 
 
-def _choice(value: str, flag: str, choices: tuple[str, ...]) -> str:
-    mode = value.strip().lower() or choices[0]
-    if mode not in choices:
-        raise pytest.UsageError(f"{flag} / {ini_name(flag)}: expected one of {', '.join(choices)}, got {value!r}")
-    return mode
-
-
 def resolve_settings(config: pytest.Config) -> Settings:
     """Read every option once; raises ``pytest.UsageError`` for bad values."""
     from pytest_gpuperf.timing import CPU_CLOCKS, GRAPH_MODES, MeasureConfig  # lazily: plain runs stay light
 
-    baselines = Path(get_option(config, "--gpuperf-baselines"))
+    baselines = Path(get_option(config, "gpuperf_baselines"))
     if not baselines.is_absolute():
         baselines = config.rootpath / baselines
     measure = MeasureConfig(
-        max_time=get_option(config, "--gpuperf-max-time"),
-        min_samples=get_option(config, "--gpuperf-min-samples"),
-        target_precision=get_option(config, "--gpuperf-precision"),
-        l2_flush=get_option(config, "--gpuperf-l2-flush"),
-        cuda_graph=_choice(get_option(config, "--gpuperf-cuda-graph"), "--gpuperf-cuda-graph", GRAPH_MODES),
-        cpu_clock=_choice(get_option(config, "--gpuperf-cpu-clock"), "--gpuperf-cpu-clock", CPU_CLOCKS),
-        cpu_threads=get_option(config, "--gpuperf-cpu-threads"),
-        cupti=not get_option(config, "--gpuperf-no-cupti"),
-        power_warmup=get_option(config, "--gpuperf-power-warmup"),
-        shift_layout=not get_option(config, "--gpuperf-no-heap-shift"),
+        max_time=get_option(config, "gpuperf_max_time"),
+        min_samples=get_option(config, "gpuperf_min_samples"),
+        target_precision=get_option(config, "gpuperf_precision"),
+        l2_flush=get_option(config, "gpuperf_l2_flush"),
+        cuda_graph=_choice(get_option(config, "gpuperf_cuda_graph"), "gpuperf_cuda_graph", GRAPH_MODES),
+        cpu_clock=_choice(get_option(config, "gpuperf_cpu_clock"), "gpuperf_cpu_clock", CPU_CLOCKS),
+        cpu_threads=get_option(config, "gpuperf_cpu_threads"),
+        cupti=not get_option(config, "gpuperf_no_cupti"),
+        power_warmup=get_option(config, "gpuperf_power_warmup"),
+        shift_layout=not get_option(config, "gpuperf_no_heap_shift"),
     )
     from pytest_gpuperf.backends.cpu_threads import configure
 
     configure(measure.cpu_threads)  # the CPU fingerprint records it
     return Settings(
-        enabled=get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update"),
         update=get_option(config, "--gpuperf-update"),
         baselines_dir=baselines,
         backends=selected_backends(config),
         strict=get_option(config, "--gpuperf-strict"),
-        time_tolerance=get_option(config, "--gpuperf-time-tolerance"),
-        cpu_time_tolerance=get_option(config, "--gpuperf-cpu-time-tolerance"),
-        memory_tolerance=get_option(config, "--gpuperf-memory-tolerance"),
-        confirm=not get_option(config, "--gpuperf-no-confirm"),
+        time_tolerance=get_option(config, "gpuperf_time_tolerance"),
+        cpu_time_tolerance=get_option(config, "gpuperf_cpu_time_tolerance"),
+        memory_tolerance=get_option(config, "gpuperf_memory_tolerance"),
+        confirm=not get_option(config, "gpuperf_no_confirm"),
         measure=measure,
-        processes=get_option(config, "--gpuperf-processes"),
-        host_tolerance=get_option(config, "--gpuperf-host-tolerance"),
+        processes=get_option(config, "gpuperf_processes"),
+        host_tolerance=get_option(config, "gpuperf_host_tolerance"),
     )

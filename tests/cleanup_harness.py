@@ -52,7 +52,7 @@ def test_hold(gpuperf):
     gpuperf.measure(lambda: a @ a)
 """
 COMMON = ["-p", "no:cacheprovider", "-p", "no:randomly", "-q"]
-FAST = ["--gpuperf-max-time", "0.3", "--gpuperf-min-samples", "5"]
+FAST = ["-o", "gpuperf_max_time=0.3", "-o", "gpuperf_min_samples=5"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ SCENARIOS = {
     "replica": Scenario(
         "replica",
         {"test_hold.py": REPLICA_TEST},
-        ["--gpuperf", "--gpuperf-update", "--gpuperf-processes", "2", *FAST],
+        ["--gpuperf", "--gpuperf-update", "-o", "gpuperf_processes=2", *FAST],
         1,
     ),
 }

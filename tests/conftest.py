@@ -13,12 +13,12 @@ from tests.inner_runs import ForkServer, forked_runpytest
 
 #: Fast measuring settings for end-to-end runs on a small, shared CPU.
 FAST = [
-    "--gpuperf-max-time",
-    "0.3",
-    "--gpuperf-min-samples",
-    "5",
-    "--gpuperf-processes",
-    "1",
+    "-o",
+    "gpuperf_max_time=0.3",
+    "-o",
+    "gpuperf_min_samples=5",
+    "-o",
+    "gpuperf_processes=1",
     "-p",
     "no:cacheprovider",
     "-p",
@@ -134,7 +134,7 @@ def fast_args() -> list[str]:
 #: Judging unchanged code on a loaded 2-core machine: a step's CPU time moves up to ~1.5x between processes there
 #: (and up to 4x on a busy VM), so a run whose assertion is "unchanged code passes" judges time at a 4x tolerance;
 #: the slowdowns the suite's tests inject are 8x-20x the work, far beyond it.
-UNCHANGED_TOLERANCE = ["--gpuperf-cpu-time-tolerance", "3"]
+UNCHANGED_TOLERANCE = ["-o", "gpuperf_cpu_time_tolerance=3"]
 
 
 @pytest.fixture

@@ -43,10 +43,10 @@ FAST_AB = [
     "--gpuperf",
     "--gpuperf-ab",
     "HEAD",
-    "--gpuperf-ab-max-time",
-    "0.2",
-    "--gpuperf-min-samples",
-    "10",
+    "-o",
+    "gpuperf_ab_max_time=0.2",
+    "-o",
+    "gpuperf_min_samples=10",
     "-p",
     "no:cacheprovider",
     "-p",
@@ -57,7 +57,7 @@ FAST_AB = [
 #: Tests that are not about more round pairs stop at the two minimum ones: the third pair that confirms a regression
 #: (CONFIRMING_PAIRS) and the one started ahead for undecided tests are the rounds' rules, covered by test_ab_units.py;
 #: here they would only add worker processes.
-TWO_PAIRS = ["--gpuperf-ab-max-processes", "2"]
+TWO_PAIRS = ["-o", "gpuperf_ab_max_processes=2"]
 
 
 def git(root: Path, *args: str) -> str:
@@ -165,7 +165,7 @@ def test_broken_ref_side_is_inconclusive_and_fails_only_under_strict(pytester: p
     result.assert_outcomes(passed=1)
     assert "test_perf.py::test_step[cpu]  inconclusive" in out and "REF's side did not measure" in out
     assert "(1 A and 1 B ran)" in out  # REF's file cannot import: a second pair could not measure A either
-    strict = pytester.runpytest(*FAST_AB, "--gpuperf-strict", "--gpuperf-ab-processes", "2")
+    strict = pytester.runpytest(*FAST_AB, "--gpuperf-strict", "-o", "gpuperf_ab_processes=2")
     strict.assert_outcomes(failed=1)
     assert "no A measurement" in strict.stdout.str() and "(--gpuperf-strict)" in strict.stdout.str()
 
@@ -177,10 +177,10 @@ def test_broken_ref_side_is_inconclusive_and_fails_only_under_strict(pytester: p
         (["--gpuperf", "--gpuperf-ab", "HEAD;id"], "is not a plain git ref"),
         (["--gpuperf", "--gpuperf-ab", "no-such-branch"], "is not a commit of"),
         (["--gpuperf-ab", "HEAD"], "add --gpuperf"),
-        (["--gpuperf", "--gpuperf-ab", "HEAD", "--gpuperf-ab-processes", "1"], "expected a number >= 2"),
+        (["--gpuperf", "--gpuperf-ab", "HEAD", "-o", "gpuperf_ab_processes=1"], "expected a number >= 2"),
         (
-            ["--gpuperf", "--gpuperf-ab", "HEAD", "--gpuperf-ab-processes", "3", "--gpuperf-ab-max-processes", "2"],
-            "at least --gpuperf-ab-processes",
+            ["--gpuperf", "--gpuperf-ab", "HEAD", "-o", "gpuperf_ab_processes=3", "-o", "gpuperf_ab_max_processes=2"],
+            "at least gpuperf_ab_processes",
         ),
     ],
 )
@@ -248,7 +248,7 @@ def test_under_dist_loadfile_an_xdist_worker_measures_a_whole_file_in_one_round_
     # Exactly two rounds: a test still undecided after them would get a third B process of its own (more rounds
     # are the undecided-test rule's, covered elsewhere), and how noisy this machine is must not decide the count.
     result = pytester.runpytest(
-        *FAST_AB, *UNCHANGED_TOLERANCE, "--gpuperf-ab-max-processes", "2", "-n", "1", "--dist", "loadfile"
+        *FAST_AB, *UNCHANGED_TOLERANCE, "-o", "gpuperf_ab_max_processes=2", "-n", "1", "--dist", "loadfile"
     )
     result.assert_outcomes(passed=2)
     small, large = ({int(p) for p in (root / f"sized{n}.pids").read_text().split()} for n in (64, 96))

@@ -88,7 +88,7 @@ def test_third_party_backend_from_an_entry_point_runs_marked_tests(
     env_path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", env_path)
     result = pytester.runpytest_subprocess(
-        "-v", "--gpuperf", "--gpuperf-backend", "tiny", "--gpuperf-max-time", "0.2", "-p", "no:cacheprovider"
+        "-v", "--gpuperf", "--gpuperf-backend", "tiny", "-o", "gpuperf_max_time=0.2", "-p", "no:cacheprovider"
     )
     result.stdout.fnmatch_lines(["*test_step[[]tiny[]] PASSED*", "*test_step[[]tiny[]]*[[]Tiny Device[]]*"])
     result.assert_outcomes(passed=1)

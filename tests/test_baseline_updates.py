@@ -28,7 +28,7 @@ def test_case(gpuperf, case):
 """
 #: One process per recording: the values are injected, so replicas in fresh processes (the CPU default of 3) would
 #: only repeat them (replication is tested in tests/test_distributed_replicate.py and tests/test_verdicts_e2e.py).
-FLAGS = ["-p", "no:cacheprovider", "-p", "no:randomly", "--gpuperf-processes", "1"]
+FLAGS = ["-p", "no:cacheprovider", "-p", "no:randomly", "-o", "gpuperf_processes=1"]
 
 
 def _setup(pytester: pytest.Pytester, values: dict) -> None:

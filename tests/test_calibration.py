@@ -233,7 +233,7 @@ def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
 ) -> None:
     pytester.makepyfile(test_cal=E2E_TEST)
     pytester.makeconftest(INJECT)
-    args = ["--gpuperf", "-p", "no:randomly", "--gpuperf-max-time", "0.3", "--gpuperf-processes", "1"]
+    args = ["--gpuperf", "-p", "no:randomly", "-o", "gpuperf_max_time=0.3", "-o", "gpuperf_processes=1"]
     monkeypatch.setenv("CALIBRATION", "2.6e-05")
     pytester.runpytest(*args, "--gpuperf-update").assert_outcomes(passed=1)
     text = next((pytester.path / "baselines").glob("cpu-*.yaml")).read_text()
@@ -244,11 +244,11 @@ def test_end_to_end_another_machine_is_inconclusive_and_a_slowdown_here_fails(
     other.assert_outcomes(passed=1)
     other.stdout.fnmatch_lines(["*inconclusive (this machine's calibration*", "*2.00x slower*"])
     monkeypatch.setenv("CALIBRATION", "2.65e-05")  # the machine that recorded
-    here = pytester.runpytest(*args, "--gpuperf-no-confirm")
+    here = pytester.runpytest(*args, "-o", "gpuperf_no_confirm=true")
     here.assert_outcomes(failed=1)
     here.stdout.fnmatch_lines(["*FAILED*time +*"])
     monkeypatch.setenv("CALIBRATION_LATER", "5.2e-05")  # the suspect's re-check finds a 2x slower state
-    moved = pytester.runpytest(*args, "--gpuperf-no-confirm")
+    moved = pytester.runpytest(*args, "-o", "gpuperf_no_confirm=true")
     moved.assert_outcomes(passed=1)
     moved.stdout.fnmatch_lines(["*inconclusive (this machine's calibration*"])
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_gpuperf.backends.cuda import CudaBackend
 from pytest_gpuperf.timing import MeasureConfig, TimingResult
 from pytest_gpuperf.timing.contention import ContentionGuard
 from pytest_gpuperf.timing.cuda.cupti import per_range_sums, step_ranges_and_work
@@ -18,10 +19,8 @@ from pytest_gpuperf.timing.sampling import SamplingPlan
 from pytest_gpuperf.timing.warmup import WarmupResult
 
 
-class FakeCuda:
-    """A backend named cuda whose eager calls take ``eager`` seconds each (no device)."""
-
-    name = "cuda"
+class FakeCuda(CudaBackend):
+    """The cuda backend with eager calls that take ``eager`` seconds each (no device)."""
 
     def __init__(self, eager: float = 400e-6) -> None:
         self.eager = eager
@@ -56,21 +55,19 @@ def _run(
     config: MeasureConfig, *, capture, kernel_sums=None, watch=None, eager=400e-6, deadline=10_000.0
 ) -> TimingResult:
     backend = FakeCuda(eager)
-    result = TimingResult(samples=[], iters_per_sample=5)
     guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
     clock = itertools.count(deadline - 10_000.0, 0.001)  # 1 ms per clock read: budgets end deterministically
-    measure_device_time(
-        backend,
+    return measure_device_time(
+        backend.time_block,
         lambda: None,
-        result,
         SamplingPlan(config, None, deadline=deadline, floor=3, guard=guard),
         warm=WarmupResult(calls=10, per_call=eager, wall_per_call=eager),
+        iters=5,
         capture=capture,
         kernel_sums=kernel_sums or (lambda step, n: ([], "not called")),
         watch=watch or _watch(),
         now=lambda: next(clock),
     )
-    return result
 
 
 CONFIG = MeasureConfig(min_samples=8, max_samples=8, target_precision=1e-9)
@@ -230,19 +227,17 @@ def test_this_torchs_profiler_events_yield_the_step_ranges():
 def _capped_run(config: MeasureConfig, deadline: float, now: Callable[[], float]) -> TimingResult:
     """Graph samples of a no-op step on a fake GPU that NVML reads at its power cap (690 W, sw_power_cap)."""
     capped = _watch(itertools.repeat(ClockReading(1545, 0x4, 60, 3201, 690.0)))
-    result = TimingResult(samples=[], iters_per_sample=5)
     guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
-    measure_device_time(
-        FakeCuda(),
+    return measure_device_time(
+        FakeCuda().time_block,
         lambda: None,
-        result,
         SamplingPlan(config, None, deadline=deadline, floor=3, guard=guard),
         warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+        iters=5,
         capture=lambda step, iters: (FakeGraph(iters), ""),
         watch=capped,
         now=now,
     )
-    return result
 
 
 def test_a_gpu_at_its_power_cap_is_sampled_for_the_least_capped_span_whatever_the_samples_say():
@@ -327,15 +322,14 @@ def test_without_a_graph_the_gpu_ramp_is_paid_by_eager_calls_before_the_samples(
     calls = []
     for config in (CONFIG, ramped):
         backend = FakeCuda()
-        result = TimingResult(samples=[], iters_per_sample=5)
         guard = ContentionGuard(read_wait=lambda: None, read_pressure=lambda: None)
         clock = itertools.count(0.0, 0.001)
-        measure_device_time(
-            backend,
+        result = measure_device_time(
+            backend.time_block,
             lambda: None,
-            result,
             SamplingPlan(config, None, deadline=10.0, floor=3, guard=guard),
             warm=WarmupResult(calls=10, per_call=400e-6, wall_per_call=400e-6),
+            iters=5,
             capture=lambda step, iters: (None, "sync in step"),
             kernel_sums=lambda step, n: ([], "no CUPTI"),
             watch=_watch(),

@@ -213,7 +213,7 @@ def test_under_a_baseline_ref_the_ranks_plan_against_the_refs_entries_not_the_wo
     # The working tree's copy is broken; the ref's is what judges this run, so it is also what the ranks must read.
     path.write_text("tests: [unclosed\n")
     result = pytester.runpytest(
-        "--gpuperf", *fast_args, "--gpuperf-cpu-time-tolerance", "10", "--gpuperf-baseline-ref", "main"
+        "--gpuperf", *fast_args, "-o", "gpuperf_cpu_time_tolerance=10", "--gpuperf-baseline-ref", "main"
     )
     result.assert_outcomes(passed=1)
     assert "raised" not in result.stdout.str()
@@ -251,7 +251,7 @@ def test_a_script_baseline_comes_from_several_runs_and_a_slow_run_is_confirmed_b
         result.launches = int((pytester.path / "count.txt").read_text())  # type: ignore[attr-defined]
         return result
 
-    recorded = run("100 104 98", "--gpuperf-update", "--gpuperf-processes", "3")
+    recorded = run("100 104 98", "--gpuperf-update", "-o", "gpuperf_processes=3")
     recorded.assert_outcomes(passed=1)
     assert recorded.launches == 3
     [path] = sorted((pytester.path / "baselines").glob("*-ws1.yaml"))
@@ -283,7 +283,7 @@ def test_a_script_entry_recorded_from_one_run_is_rerecorded_from_n_runs_and_then
     def record(rates: str) -> pytest.RunResult:
         (pytester.path / "rates.txt").write_text(rates)
         (pytester.path / "count.txt").unlink(missing_ok=True)
-        result = pytester.runpytest("--gpuperf-update", *fast_args, "--gpuperf-processes", "3")
+        result = pytester.runpytest("--gpuperf-update", *fast_args, "-o", "gpuperf_processes=3")
         result.assert_outcomes(passed=1)
         return result
 

@@ -183,7 +183,7 @@ def test_only_here(gpuperf):
     gpuperf.measure(lambda: x @ x)
 """
     )
-    result = pytester.runpytest("--gpuperf-update", *fast_args, "--gpuperf-processes", "3")
+    result = pytester.runpytest("--gpuperf-update", *fast_args, "-o", "gpuperf_processes=3")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

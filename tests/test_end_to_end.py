@@ -85,7 +85,7 @@ def test_a_step_allocating_much_more_memory_fails_naming_peak_memory(
     write_perf_test(pytester, alloc=1)
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
     write_perf_test(pytester, alloc=8)
-    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-cpu-time-tolerance", "5")
+    result = pytester.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_cpu_time_tolerance=5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*peak memory * MiB > baseline * MiB (+*%, tolerance 5%) on *"])
 

@@ -98,7 +98,7 @@ def test_a_region_without_kernels_is_reported_not_parsed(tmp_path: Path) -> None
 
 def test_a_timeout_names_the_option_to_raise(tmp_path: Path) -> None:
     fake = fake_ncu(tmp_path, "sleep 5\n")
-    with pytest.raises(NcuUnavailable, match="--gpuperf-ncu-timeout"):
+    with pytest.raises(NcuUnavailable, match="gpuperf_ncu_timeout"):
         capture_session(str(fake), ["t.py::t"], "cuda", tmp_path, tmp_path / "y.csv", timeout=0.5)
 
 

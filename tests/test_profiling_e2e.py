@@ -121,7 +121,7 @@ def test_gpuperf_records_a_bound_with_its_numbers_in_the_baseline(project: pytes
 def test_a_changed_bound_fails_the_test_naming_both_classes(
     project: pytest.Pytester, fast_args, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    low = ["--gpuperf-latency-share", "0.05"]  # a 1024 matmul reaches far more than 5% of the CPU's matmul roof
+    low = ["-o", "gpuperf_latency_share=0.05"]  # a 1024 matmul reaches far more than 5% of the CPU's matmul roof
     monkeypatch.setenv("STEP_KIND", "matmul")
     project.runpytest("--gpuperf-update", *fast_args, *low, "test_steps.py::test_step").assert_outcomes(passed=1)
     assert recorded_metrics(project, "test_steps.py::test_step[cpu]")["step.bound"]["value"] == "compute-bound"
@@ -170,7 +170,7 @@ def test_the_fixture_turns_profiling_on_for_one_test_into_the_artifacts_dir(
     project: pytest.Pytester, fast_args
 ) -> None:
     node = "test_steps.py::test_profiled_by_fixture"
-    result = project.runpytest("--gpuperf", *fast_args, "--gpuperf-artifacts", "out/traces", node)
+    result = project.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_artifacts=out/traces", node)
     result.assert_outcomes(passed=1)
     [trace] = (project.path / "out" / "traces").glob("*.trace.json")
     assert trace.name == "test_steps-test_profiled_by_fixture-cpu-tiny.trace.json"

@@ -419,6 +419,6 @@ def test_an_exactly_counted_matmul_over_its_roof_says_the_roof_reads_low_not_a_c
     exact = replace(line, exact_flops=True)
     assert exact.over_roof_word() == "above the measured roof (>100%)"
     assert exact.counting_error().startswith("above the measured roof: the counted FLOPs give 125%")
-    assert "counting error" not in exact.explain() and "--gpuperf-recalibrate" in exact.explain()
+    assert "counting error" not in exact.explain() and "gpuperf_recalibrate" in exact.explain()
     bytes_over = replace(Roofline("memory-bound", 1e6, 2e8, 1e-3, 1.6e12, 1e11, 0.05), exact_flops=True)
     assert bytes_over.over_roof_word() == "counting error (>100%)"  # bytes are estimated: still a counting error

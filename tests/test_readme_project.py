@@ -46,7 +46,7 @@ def test_a_project_from_the_readme_records_passes_unchanged_and_fails_a_bigger_m
     pytester.makepyfile(test_model_perf=TEST)
     assert pytester.runpytest("--help").ret == 0
     # time is not what this test is about: a loaded runner must not decide it
-    args = [*fast_args, "--gpuperf-cpu-time-tolerance", "100"]
+    args = [*fast_args, "-o", "gpuperf_cpu_time_tolerance=100"]
 
     recorded = pytester.runpytest("--gpuperf", "--gpuperf-update", *args)
     recorded.assert_outcomes(passed=2)

@@ -38,7 +38,7 @@ def test_json_report_is_versioned_and_pytest_benchmark_compare_reads_it(
     pytester.makepyfile(test_timed=TIMED)
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
     result = pytester.runpytest(
-        "--gpuperf", *fast_args, "--gpuperf-cpu-time-tolerance", "10", "--gpuperf-json", "out/r.json"
+        "--gpuperf", *fast_args, "-o", "gpuperf_cpu_time_tolerance=10", "--gpuperf-json", "out/r.json"
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*JSON report: out/r.json (1 benchmarks)*"])
@@ -125,7 +125,7 @@ def test_no_step_summary_flag_and_plain_runs_leave_github_summary_alone(
     summary = pytester.path / "step-summary.md"
     summary.write_text("")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-no-step-summary").assert_outcomes(passed=1)
+    pytester.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_no_step_summary=true").assert_outcomes(passed=1)
     pytester.runpytest(*fast_args).assert_outcomes(passed=1)  # no --gpuperf: no reports at all
     assert summary.read_text() == ""
     pytester.runpytest("--gpuperf", *fast_args).assert_outcomes(passed=1)

@@ -214,7 +214,7 @@ def test_no_counts(gpuperf):
 
 def test_plot_option_writes_one_png_per_device(pytester: pytest.Pytester, fast_args: list[str]) -> None:
     pytester.makepyfile(test_perf=PERF)
-    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-plot", "plots", "--gpuperf-markdown", "pr.md")
+    result = pytester.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_plot=plots", "--gpuperf-markdown", "pr.md")
     result.assert_outcomes(passed=2)
     [png] = list((pytester.path / "plots").glob("roofline-cpu-*.png"))
     assert png.read_bytes().startswith(PNG_MAGIC)
@@ -230,7 +230,7 @@ def test_without_matplotlib_the_plot_is_skipped_with_the_install_hint(
     pytester.mkpydir("matplotlib").joinpath("__init__.py").write_text(
         "raise ImportError('No module named matplotlib')\n"
     )
-    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-plot", "plots", "-k", "matmul")
+    result = pytester.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_plot=plots", "-k", "matmul")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*--gpuperf-plot plots: the roofline plot needs matplotlib: pip install*[plot]*"])
+    result.stdout.fnmatch_lines(["*gpuperf_plot plots: the roofline plot needs matplotlib: pip install*[plot]*"])
     assert not (pytester.path / "plots").exists()

@@ -18,7 +18,7 @@ from tests.steps import MATMUL_CHAIN
 STEP = MATMUL_CHAIN
 NODE = "test_step.py::test_step[cpu]"
 GLOB = re.sub(r"([\[\]])", r"[\1]", NODE)  # the node id as an fnmatch pattern
-COMMAND = re.compile(r"pytest --gpuperf --gpuperf-update(?: --gpuperf-[a-z-]+(?: \d+)?)* '[^']+'")
+COMMAND = re.compile(r"pytest --gpuperf --gpuperf-update(?: --gpuperf-[a-z-]+| -o gpuperf_[a-z_]+=\d+)* '[^']+'")
 
 
 def suggested(output: str) -> list[str]:
@@ -50,7 +50,7 @@ def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replac
     result.stdout.fnmatch_lines(["test_step.py:*", "*GpuperfWarning: *spread between processes*"])  # the test's place
     assert "session.py" not in output
     command = suggested(output)
-    assert command == ["--gpuperf", "--gpuperf-update", "--gpuperf-processes", "3", NODE]  # more than recorded
+    assert command == ["--gpuperf", "--gpuperf-update", "-o", "gpuperf_processes=3", NODE]  # more than recorded
 
     # Unchanged code re-recorded from more processes, as suggested (their own spread judged at the 4x tolerance of
     # unchanged runs: three processes of this tiny step can differ by more than 25% on a loaded CI machine).

@@ -1,4 +1,4 @@
-"""End-to-end timing behaviour a user sees: one measuring CPU thread (``--gpuperf-cpu-threads``), recorded in
+"""End-to-end timing behaviour a user sees: one measuring CPU thread (``gpuperf_cpu_threads``), recorded in
 the fingerprint, the test's own thread count restored; a blocking step timed by the wall clock."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _fingerprint_and_entry(pytester: pytest.Pytester, test_id: str) -> tuple[dic
     return data["fingerprint"], data["tests"][test_id]
 
 
-@pytest.mark.parametrize(("flags", "threads"), [((), 1), (("--gpuperf-cpu-threads", "2"), 2)])
+@pytest.mark.parametrize(("flags", "threads"), [((), 1), (("-o", "gpuperf_cpu_threads=2"), 2)])
 def test_cpu_steps_are_measured_with_the_configured_threads_recorded_in_the_fingerprint(
     pytester: pytest.Pytester, fast_args: list[str], flags: tuple[str, ...], threads: int
 ) -> None:
@@ -54,9 +54,9 @@ def test_cpu_steps_are_measured_with_the_configured_threads_recorded_in_the_fing
 
 def test_a_negative_thread_count_is_a_usage_error(pytester: pytest.Pytester, fast_args: list[str]) -> None:
     pytester.makepyfile(test_perf=THREADS_TEST)
-    result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-cpu-threads", "-1")
+    result = pytester.runpytest("--gpuperf", *fast_args, "-o", "gpuperf_cpu_threads=-1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gpuperf-cpu-threads*"])
+    result.stderr.fnmatch_lines(["*gpuperf_cpu_threads*"])
 
 
 def test_a_sleeping_step_is_recorded_by_the_wall_clock(pytester: pytest.Pytester, fast_args: list[str]) -> None:
@@ -76,7 +76,9 @@ def test_timing_options_reach_the_measuring_config(pytester: pytest.Pytester) ->
         default = resolve_settings(pytester.parseconfig()).measure
         assert default.cupti is True and default.cpu_threads == 1 and default.shift_layout is True
         chosen = resolve_settings(
-            pytester.parseconfig("--gpuperf-no-cupti", "--gpuperf-cpu-threads", "3", "--gpuperf-no-heap-shift")
+            pytester.parseconfig(
+                "-o", "gpuperf_no_cupti=true", "-o", "gpuperf_cpu_threads=3", "-o", "gpuperf_no_heap_shift=true"
+            )
         ).measure
         assert chosen.cupti is False and chosen.cpu_threads == 3 and cpu_threads.configured() == 3
         assert chosen.shift_layout is False

@@ -15,7 +15,7 @@ def test_a_non_callable_step_is_a_clear_type_error_at_the_tests_own_line(pyteste
             gpuperf.measure(x * 2)
         """
     )
-    for args in ([], ["--gpuperf", "--gpuperf-max-time", "0.2"]):
+    for args in ([], ["--gpuperf", "-o", "gpuperf_max_time=0.2"]):
         result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", *args)
         result.assert_outcomes(failed=1)
         result.stdout.fnmatch_lines(

@@ -61,7 +61,7 @@ def test_a_change_within_the_spread_between_processes_is_inconclusive_and_says_w
     )
     assert "raise time_tolerance to 20% (@pytest.mark.gpuperf(time_tolerance=0.2))" in verdict.message
     assert (
-        "re-record on a quieter runner with: pytest --gpuperf --gpuperf-update --gpuperf-processes 5 "
+        "re-record on a quieter runner with: pytest --gpuperf --gpuperf-update -o gpuperf_processes=5 "
         "'test_x.py::test_step[fake]' (from 5 processes it replaces an entry that cannot decide)"
     ) in verdict.message
     assert verdict.reason and verdict.message.endswith(verdict.reason)
@@ -174,7 +174,7 @@ def test_a_baseline_from_several_processes_keeps_the_median_process_and_warns_ab
     assert "later runs of this test are inconclusive" in warning
     assert "(@pytest.mark.gpuperf(time_tolerance=0.3" in warning
     assert (
-        "pytest --gpuperf --gpuperf-update --gpuperf-processes 5 't.py::t[cpu]' "
+        "pytest --gpuperf --gpuperf-update -o gpuperf_processes=5 't.py::t[cpu]' "
         "(from 5 processes it replaces an entry that cannot decide)"
     ) in warning
     combined.extra["baseline_kept"] = True  # the file keeps its stored entry: nothing new to warn about
@@ -221,4 +221,19 @@ def test_the_verdict_column_shows_the_deciding_rules_reason_never_a_ci_that_excl
     assert "the first run was doubtful too (the step never settled during warm-up" in disagreed.message
     word = verdict_word(verdict_to_dict(disagreed))
     assert word.startswith("inconclusive (its confirmation in a fresh process measured ") and "CI" not in word
-    assert "pytest --gpuperf --gpuperf-update --gpuperf-processes 5 'test_x.py::test_step[fake]'" in disagreed.reason
+    assert "pytest --gpuperf --gpuperf-update -o gpuperf_processes=5 'test_x.py::test_step[fake]'" in disagreed.reason
+
+
+def test_a_verdict_comes_back_from_its_dict_as_it_was_written() -> None:
+    """The pair that carries a worker's verdicts to its controller (A/B): one conversion each way."""
+    import json
+
+    from pytest_gpuperf.results import Verdict, verdict_from_dict, verdict_to_dict
+
+    metric = time_metric([1.0, 1.1, 1.2], sm_clock_mhz=1500.0)
+    metric.tolerance = 0.05  # the metric's tolerance travels as the verdict's
+    written = Verdict(metric, "inconclusive", 1.0, 1.05, (0.98, 1.12), 0.05, "m", doubt="spread", reason="why")
+    back = verdict_from_dict(json.loads(json.dumps(verdict_to_dict(written))))
+    assert back == Verdict(metric, "inconclusive", 1.0, 1.05, (0.98, 1.12), 0.05, "m", doubt="spread", reason="why")
+    assert verdict_to_dict(back) == verdict_to_dict(written)
+    assert not verdict_from_dict(verdict_to_dict(Verdict(metric, "info"))).metric.judged

@@ -1,6 +1,6 @@
 """Verdicts end to end on a deterministic step: a 20x slowdown fails after a fresh-process confirmation,
 noise the baseline recorded makes a slowdown inconclusive (a warning; a failure under --gpuperf-strict),
-and --gpuperf-processes records the spread between processes."""
+and gpuperf_processes records the spread between processes."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_processes_record_the_spread_between_processes_and_the_smallest_detectab
 ) -> None:
     pytester.makepyfile(test_step=STEP.format(work=1))
     args = [a for a in fast_args]
-    args[args.index("--gpuperf-processes") + 1] = "3"
+    args[args.index("gpuperf_processes=1")] = "gpuperf_processes=3"
     pytester.runpytest("--gpuperf-update", *args).assert_outcomes(passed=1)
     _, doc = baseline(pytester)
     entry = doc["tests"][NODE]["step.time"]

@@ -1,4 +1,4 @@
-"""``--gpuperf-vulkan-device`` and ``--gpuperf-vulkan-adapters``, and a perf run on lavapipe end to end."""
+"""``gpuperf_vulkan_device`` and ``gpuperf_vulkan_adapters``, and a perf run on lavapipe end to end."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_vulkan_device_option_selects_the_adapter_by_type(pytester: pytest.Pytes
         """
     )
     result = pytester.runpytest(
-        "--gpuperf-vulkan-device", wanted, "--gpuperf-backend", "vulkan", "-p", "no:cacheprovider"
+        "-o", f"gpuperf_vulkan_device={wanted}", "--gpuperf-backend", "vulkan", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=1)
 
@@ -77,11 +77,11 @@ def test_vulkan_device_option_from_the_ini_file_that_matches_nothing_is_a_usage_
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gpuperf-vulkan-device 'nosuchgpu' matches no adapter*adapters: 0: *| Vulkan |*"])
+    result.stderr.fnmatch_lines(["*gpuperf_vulkan_device='nosuchgpu' matches no adapter*adapters: 0: *| Vulkan |*"])
 
 
 def test_adapters_listing_prints_every_adapter_with_cooperative_matrix_support(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--gpuperf-vulkan-adapters", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-o", "gpuperf_vulkan_adapters=true", "-p", "no:cacheprovider")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["0: * | Vulkan | * | driver * | VK_KHR_cooperative_matrix: *"])
 

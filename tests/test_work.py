@@ -100,7 +100,7 @@ def test_end_to_end_the_work_change_is_reported_in_terminal_markdown_and_json(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(test_saxpy=SAXPY)
-    args = ["--gpuperf", "-p", "no:randomly", "--gpuperf-max-time", "0.3", "--gpuperf-processes", "1"]
+    args = ["--gpuperf", "-p", "no:randomly", "-o", "gpuperf_max_time=0.3", "-o", "gpuperf_processes=1"]
     pytester.runpytest(*args, "--gpuperf-update").assert_outcomes(passed=1)
     text = next((pytester.path / "baselines").glob("cpu-*.yaml")).read_text()
     assert "step.bytes_per_step:\n      value: 12582912\n      unit: B\n      better: equal\n      kind: work" in text

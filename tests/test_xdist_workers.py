@@ -112,7 +112,7 @@ def test_each_worker_is_pinned_before_conftests_load_and_distributed_tests_stay_
 ) -> None:
     pytester.makeconftest(PINNED_CONFTEST)
     pytester.makepyfile(test_pinned=PINNED_TESTS)
-    result = pytester.runpytest("-n", "3", "--gpuperf", *fast_args, "--gpuperf-worker-gpus", "5,7", "-rs")
+    result = pytester.runpytest("-n", "3", "--gpuperf", *fast_args, "-o", "gpuperf_worker_gpus=5,7", "-rs")
     result.assert_outcomes(passed=6, skipped=2)
     pins = {p.stem.removeprefix("pin-"): p.read_text() for p in pytester.path.glob("pin-gw*.txt")}
     assert pins == {"gw0": "5", "gw1": "7", "gw2": "5"}
@@ -131,7 +131,7 @@ def test_without_gpus_workers_are_left_alone(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # GPU images often set it; "left alone" = unset here
     pytester.makeconftest(PINNED_CONFTEST)
     pytester.makepyfile(test_pinned=PINNED_TESTS)
-    result = pytester.runpytest("-n", "2", "--gpuperf", *fast_args, "--gpuperf-worker-gpus", "off", "-k", "single")
+    result = pytester.runpytest("-n", "2", "--gpuperf", *fast_args, "-o", "gpuperf_worker_gpus=off", "-k", "single")
     result.assert_outcomes(passed=6)
     pins = {p.stem.removeprefix("pin-"): p.read_text() for p in pytester.path.glob("pin-gw*.txt")}
     assert pins == {"gw0": "unset", "gw1": "unset"}

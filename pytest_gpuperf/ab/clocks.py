@@ -1,15 +1,14 @@
 """A/B on a GPU whose SM clock moves between processes: time decides unless the two sides' clocks differ.
 
-Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock (1395-1905 MHz
-were read across the 8 workers of one A/B run of a GEMM on the H200). A and B alternate, so that spread is
-process noise that both sides share, and the A/B judge already weighs it (the spread between a side's
-processes, the paired ratios): time decides. Judging cycles there (device time x SM clock, which over-corrects:
-the H200's GEMM time follows the NVML clock only as ``f**-0.3``) made 4 of 4 unchanged runs inconclusive.
-Only when the two sides' median clocks differ by more than
-:data:`~pytest_gpuperf.judging.clock_facts.CLOCK_CHANGE` (the sides ran in different GPU states) is each round
-pair's B/A weighed by its two workers' clocks over the exponent band the workers' own samples allow
-(:func:`decide_on_band`), and the paired rule judges both ends; without any fit, time and cycles per step are
-bracketed (:func:`~pytest_gpuperf.judging.clock_rule.bracket`). A memory-bound step keeps its time verdict.
+Every A/B worker is a fresh process, and a power-capped GPU runs each at its own SM clock. A and B alternate, so
+that spread is process noise that both sides share, and the A/B judge already weighs it (the spread between a
+side's processes, the paired ratios): time decides, and where the best processes cannot decide, the round pairs
+may (:func:`decide_on_pairs`). Cycles per step would over-correct there (a step's time follows the SM clock only
+partly). Only when the two sides' median clocks differ (:func:`~pytest_gpuperf.judging.clock_rule.clocks_differ`:
+the sides ran in different GPU states) are the stored baselines' clock rules applied to the round pairs: each pair's
+B/A weighed by its two workers' clocks over the exponent band the workers' own samples allow
+(:func:`decide_on_band`), and without any fit, time and cycles per step bracketed
+(:func:`~pytest_gpuperf.judging.clock_rule.bracket`). A memory-bound step keeps its time verdict.
 """
 
 from __future__ import annotations
@@ -18,9 +17,20 @@ import math
 from typing import Any
 
 from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_numeric
-from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
-from pytest_gpuperf.judging.clock_rule import AGREED, band_of, bracket
+from pytest_gpuperf.judging.clock_facts import follows_sm_clock
+from pytest_gpuperf.judging.clock_rule import (
+    AGREED,
+    End,
+    across_band,
+    at_exponent,
+    band_of,
+    band_words,
+    bracket,
+    clocks_differ,
+)
+from pytest_gpuperf.judging.ratio_rule import point_status, worse_ratio
 from pytest_gpuperf.stats import median
+from pytest_gpuperf.units import format_change
 
 Metrics = list[dict[str, dict[str, Any]]]
 
@@ -46,11 +56,8 @@ def _bound(step: str, metrics: Metrics) -> Any:
 
 
 def sides_clocks_differ(a_clocks: list[float], b_clocks: list[float]) -> bool:
-    """True when the two sides' median SM clocks differ by more than ``CLOCK_CHANGE`` (not just their processes)."""
-    if not a_clocks or not b_clocks:
-        return False
-    a_mhz, b_mhz = median(a_clocks), median(b_clocks)
-    return abs(b_mhz / a_mhz - 1.0) > CLOCK_CHANGE
+    """True when the two sides' median SM clocks differ (not just their processes)."""
+    return bool(a_clocks and b_clocks) and clocks_differ(median(b_clocks), median(a_clocks))
 
 
 #: Pairs needed before the paired rule may decide, and the share of them that must agree with the median.
@@ -59,20 +66,17 @@ MIN_PAIRS, AGREEING_SHARE = 3, 0.75
 
 def _worse(verdict: AbVerdict) -> list[float]:
     """Each round pair's B/A oriented so that > 1 is worse."""
-    return [p if verdict.better == "lower" else 1.0 / p for p in verdict.pairs if p > 0]
+    return [worse_ratio(p, verdict.better) for p in verdict.pairs if p > 0]
 
 
 def decide_on_pairs(verdict: AbVerdict) -> str | None:
     """The paired rule for a GPU whose processes ran at their own clocks alike on both sides, or None.
 
     The best-process rule of :func:`~pytest_gpuperf.ab.judge.judge_numeric` assumes noise only slows a process
-    down; under a power cap one worker can boost (1296 against 1224-1234 TFLOP/s for the other three of its side)
-    and that best process alone decides R. A and B of one round pair ran back to back in the same GPU state, so
-    their ratio carries the change: the median of at least :data:`MIN_PAIRS` pair ratios decides when at least
-    :data:`AGREEING_SHARE` of the pairs agree with it (past the tolerance for a regression, within it for a pass,
-    better beyond it for an improvement). Re-judging the pair ratios of 18 A/B runs of a GEMM on the H200 (the runs
-    it was designed on) decided all 9 unchanged ones unchanged and all 9 +9.9% ones a regression, where the rules
-    of those runs had left 9 and 4 of them inconclusive.
+    down; under a power cap one worker can boost, and that best process alone decides R. A and B of one round pair
+    ran back to back in the same GPU state, so their ratio carries the change: the median of at least
+    :data:`MIN_PAIRS` pair ratios decides when at least :data:`AGREEING_SHARE` of the pairs agree with it (past the
+    tolerance for a regression, within it for a pass, better beyond it for an improvement).
     """
     return paired_status(_worse(verdict), verdict.tolerance)
 
@@ -86,9 +90,45 @@ def paired_status(worse: list[float], tolerance: float | None) -> str | None:
     return next((status for status, says, agree, _ in _outcomes(worse, tolerance) if says and agree >= need), None)
 
 
+def _outcomes(worse: list[float], tolerance: float) -> list[tuple[str, bool, int, str]]:
+    """Each outcome of the paired rule: whether the pairs' median says it, how many pairs agree, in words.
+
+    Each pair and the median are read by the ratio rule; the median says "unchanged" only within half the tolerance.
+    """
+    says = point_status(median(worse), "lower", tolerance)
+    each = [point_status(w, "lower", tolerance) for w in worse]
+    return [
+        ("regression", says == "regression", each.count("regression"), "past the tolerance"),
+        ("improvement", says == "improvement", each.count("improvement"), "better beyond it"),
+        ("unchanged", median(worse) <= 1.0 + tolerance / 2.0, len(worse) - each.count("regression"), "within it"),
+    ]
+
+
+def pairs_message(verdict: AbVerdict, status: str) -> str:
+    """What the paired rule saw: the pairs' median B/A and how many of them agree with ``status``."""
+    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
+    agree, said = next((agree, said) for name, _, agree, said in _outcomes(worse, tolerance) if name == status)
+    return (
+        f"round pairs B/A (worse > 1) median {format_change(median(worse))}, {agree} of {len(worse)} {said} "
+        f"(tolerance {tolerance:.0%}); the best processes alone could not decide"
+    )
+
+
 def _extras(name: str, metrics: Metrics) -> list[dict[str, Any]]:
     """Each process's facts of ``name`` in side-sample positions (the processes that reported it)."""
     return [dict((m[name] or {}).get("extra") or {}) for m in metrics if name in m]
+
+
+def _agreed(status: str) -> str:
+    """What the two judged ends said together, in words."""
+    return AGREED.get(status, "they straddle the tolerance" if status != "undecided" else "undecided yet")
+
+
+def _settle(verdict: AbVerdict, status: str | None, final: bool) -> str:
+    """Set ``status`` (None: inconclusive, or undecided while more rounds can run) and say what it was."""
+    status = status or ("inconclusive" if final else "undecided")
+    verdict.status, verdict.decided = status, status != "undecided"
+    return _agreed(status)
 
 
 def decide_on_band(verdict: AbVerdict, a_metrics: Metrics, b_metrics: Metrics, final: bool) -> bool:
@@ -102,49 +142,69 @@ def decide_on_band(verdict: AbVerdict, a_metrics: Metrics, b_metrics: Metrics, f
     index = pairs_of(name, a_metrics, b_metrics)
     if band is None or len(index) != len(verdict.pairs):
         return False
-    worse = _worse(verdict)
     clock_ratios = []
     for i, j in index:
         fa, fb = a_facts[i].get("sm_clock_mhz"), b_facts[j].get("sm_clock_mhz")
         ok = isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa > 0 and fb > 0
         clock_ratios.append(float(fb) / float(fa) if ok else 1.0)  # type: ignore[arg-type]
-    ends = []
-    for a in band:  # B's work per A's: its time, times what its own clock did to it at this exponent
-        weighed = [w * r**a for w, r in zip(worse, clock_ratios, strict=True)]
-        ends.append((median(weighed) if weighed else 1.0, paired_status(weighed, verdict.tolerance)))
-    (low, s_low), (high, s_high) = ends
-    combined = bracket(s_low, s_high) if s_low and s_high else None
-    status = combined or ("inconclusive" if final else "undecided")
-    what = AGREED.get(status, "they straddle the tolerance" if status != "undecided" else "undecided yet")
-    changes = sorted((low, high))
-    verdict.status, verdict.decided = status, status != "undecided"
+
+    def judge_at(a: float) -> End:  # B's work per A's: its time, with what its own clock did to it at this exponent
+        weighed = [
+            worse_ratio(at_exponent(p, r, a, verdict.better), verdict.better)
+            for p, r in zip(verdict.pairs, clock_ratios, strict=True)
+        ]
+        return (median(weighed) if weighed else 1.0), paired_status(weighed, verdict.tolerance)
+
+    changes, status = across_band(band, judge_at)
+    exponents, changed = band_words(band, changes)
+    what = _settle(verdict, status, final)
     verdict.message = (
         f"the sides ran at different SM clocks (median A {median(_clocks(name, a_metrics)):.0f}, "
         f"B {median(_clocks(name, b_metrics)):.0f} MHz): round pairs B/A (worse > 1) with each pair's clocks "
-        f"weighed by f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on the workers' own samples) median "
-        f"{changes[0] - 1.0:+.1%}..{changes[1] - 1.0:+.1%}, tolerance {verdict.tolerance or 0:.0%}: {what}"
+        f"weighed by {exponents} (fitted on the workers' own samples) median {changed}, "
+        f"tolerance {verdict.tolerance or 0:.0%}: {what}"
     )
     return True
 
 
-def _outcomes(worse: list[float], tolerance: float) -> list[tuple[str, bool, int, str]]:
-    """Each outcome of the paired rule: whether the pairs' median says it, how many pairs agree, in words."""
-    limit, mid = 1.0 + tolerance, median(worse)
-    return [
-        ("regression", mid > limit, sum(w > limit for w in worse), "past the tolerance"),
-        ("improvement", mid < 1.0 / limit, sum(w < 1.0 / limit for w in worse), "better beyond it"),
-        ("unchanged", mid <= 1.0 + tolerance / 2.0, sum(w <= limit for w in worse), "within it"),
-    ]
+def _side(name: str, metrics: Metrics) -> list[SideSample]:
+    return [SideSample(m[name]["value"], list(m[name].get("sample_values") or [])) for m in metrics if name in m]
 
 
-def pairs_message(verdict: AbVerdict, status: str) -> str:
-    """What the paired rule saw: the pairs' median B/A and how many of them agree with ``status``."""
-    worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
-    agree, said = next((agree, said) for name, _, agree, said in _outcomes(worse, tolerance) if name == status)
-    return (
-        f"round pairs B/A (worse > 1) median {median(worse) - 1.0:+.1%}, {agree} of {len(worse)} {said} "
-        f"(tolerance {tolerance:.0%}); the best processes alone could not decide"
+def _on_cycles(verdict: AbVerdict, a_metrics: Metrics, b_metrics: Metrics, spread: str, final: bool) -> None:
+    """Sides at different SM clocks and no exponent fit: time and cycles per step, bracketed."""
+    cycles = f"{verdict.metric.rpartition('.')[0]}.cycles"
+    a_side, b_side = _side(cycles, a_metrics), _side(cycles, b_metrics)
+    if not a_side or not b_side or len(a_side) != len(verdict.a_values) or len(b_side) != len(verdict.b_values):
+        return
+    pairs = pairs_of(cycles, a_metrics, b_metrics)
+    status, worse, _uncertainty, _paired, why = judge_numeric(
+        a_side, b_side, pairs, "lower", verdict.tolerance or 0.0, "cycles", final
     )
+    time_status = verdict.status
+    combined: str | None
+    if "undecided" in (time_status, status):
+        combined = "undecided"
+    elif "inconclusive" in (time_status, status):
+        combined = "inconclusive"
+    else:
+        combined = bracket(time_status, status)
+    what = _settle(verdict, combined, final)
+    verdict.message = (
+        f"the processes ran at {spread}: time B/A {format_change(verdict.worse or 1.0)} ({time_status}), "
+        f"cycles per step (device time x SM clock) B/A {format_change(worse)} ({status}): {what}; {why}"
+    )
+
+
+def _alike(verdict: AbVerdict, clocks: list[float], a_clocks: list[float], b_clocks: list[float]) -> None:
+    """Both sides' processes spread over the same clocks: time decides, or the round pairs where it could not."""
+    by_pairs = decide_on_pairs(verdict) if verdict.status in ("undecided", "inconclusive") else None
+    if by_pairs is not None:
+        verdict.status, verdict.decided, verdict.message = by_pairs, True, pairs_message(verdict, by_pairs)
+    verdict.message = (
+        f"{verdict.message}; the processes ran at {min(clocks):.0f}-{max(clocks):.0f} MHz, both sides alike "
+        f"(median A {median(a_clocks):.0f}, B {median(b_clocks):.0f} MHz): time decides"
+    ).lstrip("; ")
 
 
 def decide_by_clocks(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: Metrics, final: bool) -> None:
@@ -153,46 +213,13 @@ def decide_by_clocks(verdicts: list[AbVerdict], a_metrics: Metrics, b_metrics: M
     for verdict in verdicts:
         if verdict.kind not in ("time", "throughput") or verdict.tolerance is None or verdict.status == "info":
             continue
-        step = verdict.metric.rpartition(".")[0]
-        cycles = f"{step}.cycles"
         a_clocks, b_clocks = _clocks(verdict.metric, a_metrics), _clocks(verdict.metric, b_metrics)
         clocks = a_clocks + b_clocks
-        if len(clocks) < 2 or max(clocks) / min(clocks) - 1.0 <= CLOCK_CHANGE:
+        if len(clocks) < 2 or not clocks_differ(max(clocks), min(clocks)):
             continue
         if not sides_clocks_differ(a_clocks, b_clocks):
-            by_pairs = decide_on_pairs(verdict) if verdict.status in ("undecided", "inconclusive") else None
-            if by_pairs is not None:
-                verdict.status, verdict.decided, verdict.message = by_pairs, True, pairs_message(verdict, by_pairs)
-            verdict.message = (
-                f"{verdict.message}; the processes ran at {min(clocks):.0f}-{max(clocks):.0f} MHz, both sides alike "
-                f"(median A {median(a_clocks):.0f}, B {median(b_clocks):.0f} MHz): time decides"
-            ).lstrip("; ")
-            continue
-        if not follows_sm_clock(_bound(step, b_metrics)):
-            continue
-        if decide_on_band(verdict, a_metrics, b_metrics, final):
-            continue
-        a_side = [SideSample(m[cycles]["value"], list(m[cycles].get("sample_values") or [])) for m in a_metrics
-                  if cycles in m]  # fmt: skip
-        b_side = [SideSample(m[cycles]["value"], list(m[cycles].get("sample_values") or [])) for m in b_metrics
-                  if cycles in m]  # fmt: skip
-        if not a_side or not b_side or len(a_side) != len(verdict.a_values) or len(b_side) != len(verdict.b_values):
-            continue
-        pairs = pairs_of(cycles, a_metrics, b_metrics)
-        status, worse, _uncertainty, _paired, why = judge_numeric(
-            a_side, b_side, pairs, "lower", verdict.tolerance, "cycles", final
-        )
-        spread = f"{min(clocks):.0f}-{max(clocks):.0f} MHz"
-        time_status = verdict.status
-        if "undecided" in (time_status, status):
-            combined: str | None = "undecided"
-        elif "inconclusive" in (time_status, status):
-            combined = "inconclusive"
-        else:
-            combined = bracket(time_status, status) or ("inconclusive" if final else "undecided")
-        what = AGREED.get(combined, "they straddle the tolerance" if combined != "undecided" else "undecided yet")
-        verdict.status, verdict.decided = combined, combined != "undecided"
-        verdict.message = (
-            f"the processes ran at {spread}: time B/A {(verdict.worse or 1.0) - 1.0:+.1%} ({time_status}), "
-            f"cycles per step (device time x SM clock) B/A {worse - 1.0:+.1%} ({status}): {what}; {why}"
-        )
+            _alike(verdict, clocks, a_clocks, b_clocks)
+        elif follows_sm_clock(_bound(verdict.metric.rpartition(".")[0], b_metrics)):
+            if not decide_on_band(verdict, a_metrics, b_metrics, final):
+                spread = f"{min(clocks):.0f}-{max(clocks):.0f} MHz"
+                _on_cycles(verdict, a_metrics, b_metrics, spread, final)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpuperf.ab.clocks import decide_by_clocks, pairs_of
-from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric
+from pytest_gpuperf.ab.judge import AbVerdict, SideSample, judge_metric, one_sided
 
 
 @dataclass
@@ -93,23 +93,7 @@ def judge_evidence(evidence: TestEvidence, final: bool) -> list[AbVerdict]:
             m[name] for m in a_metrics if name in m
         )
         if not a_side or not b_side:
-            only = "B (the working tree)" if b_side else "A (REF)"
-            side = b_side or a_side
-            verdict = AbVerdict(
-                name,
-                str(info.get("label", name)),
-                str(info.get("unit", "")),
-                str(info.get("better", "lower")),
-                str(info.get("kind", "custom")),
-                "info",
-                [s.value for s in a_side],
-                [s.value for s in b_side],
-                message=f"only measured on {only}",
-            )
-            verdict.b = side[-1].value if b_side else None
-            verdict.judged = any(s.status != "info" for s in side)
-            verdict.a = side[-1].value if a_side else None
-            verdicts.append(verdict)
+            verdicts.append(one_sided(name, info, a_side, b_side))
             continue
         verdicts.append(judge_metric(name, a_side, b_side, pairs_of(name, a_metrics, b_metrics), info, final))
     decide_by_clocks(verdicts, a_metrics, b_metrics, final)

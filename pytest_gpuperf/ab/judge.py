@@ -12,6 +12,9 @@ sides' spreads and of the best processes' own quantile precision, and ``t`` the 
   (whole processes can be slow: a regression seen in two is confirmed by a third);
 * passed: ``R (1 + u) < 1 + t``; an improvement when ``R (1 + u) < 1 / (1 + t/2)``;
 * otherwise undecided: more rounds, and inconclusive when none are left.
+
+The orientation, the ratio-vs-tolerance rule of single ratios (pairs, counts) and the memory slack are the stored
+baselines' (:mod:`pytest_gpuperf.judging.ratio_rule`); the best process per side and its spread are A/B's own.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.results import FAILING_STATUSES, MEMORY_SLACK_BYTES, RATIO_KINDS, worst_status
-from pytest_gpuperf.stats import judged_quantile, quantile_precision
+from pytest_gpuperf.judging.ratio_rule import point_status, value_ratio, within_memory_slack, worse_ratio
+from pytest_gpuperf.results import FAILING_STATUSES, RATIO_KINDS, worst_status
+from pytest_gpuperf.stats import judged_quantile, median, quantile_precision
 
 
 @dataclass
@@ -32,6 +36,13 @@ class SideSample:
     value: float | str
     samples: list[float] = field(default_factory=list)
     status: str = ""
+
+
+#: The keys of :meth:`AbVerdict.as_dict`, in the order the reports show them.
+AS_DICT_KEYS = (
+    *("metric", "label", "unit", "better", "kind", "status", "a", "b"),
+    *("a_values", "b_values", "ratio", "pairs", "tolerance", "uncertainty", "message"),
+)
 
 
 @dataclass
@@ -65,31 +76,14 @@ class AbVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form for reports."""
-        return {
-            "metric": self.metric,
-            "label": self.label,
-            "unit": self.unit,
-            "better": self.better,
-            "kind": self.kind,
-            "status": self.status,
-            "a": self.a,
-            "b": self.b,
-            "a_values": list(self.a_values),
-            "b_values": list(self.b_values),
-            "ratio": self.ratio,
-            "pairs": list(self.pairs),
-            "tolerance": self.tolerance,
-            "uncertainty": self.uncertainty,
-            "message": self.message,
-        }
+        values = {key: getattr(self, key) for key in AS_DICT_KEYS}
+        return {key: list(value) if isinstance(value, list) else value for key, value in values.items()}
 
 
 #: Round pairs a timing regression needs before more processes could still be asked for (a memory one needs none).
 CONFIRMING_PAIRS = 3
 
-
-def _cost(value: float, better: str) -> float:
-    return value if better == "lower" else (1.0 / value if value > 0 else math.inf)
+Judged = tuple[str, float, float, list[float], str]
 
 
 def _spread(costs: list[float]) -> float:
@@ -106,6 +100,22 @@ def _precision(side: list[SideSample], better: str, best_index: int) -> float:
     return quantile_precision(samples, judged_quantile(better))
 
 
+def _undecided_why(uncertainty: float, tolerance: float) -> str:
+    """Why the best processes could not decide: too few processes, or a spread too wide for the tolerance."""
+    if math.isinf(uncertainty):
+        return "one process per side cannot show its spread"
+    if uncertainty >= tolerance:
+        return (
+            f"this test's spread between processes is {uncertainty:.0%} here; a {tolerance:.0%} tolerance cannot be "
+            "judged on this machine: raise the tolerance, run more processes (gpuperf_ab_max_processes) or run "
+            "on a quieter runner"
+        )
+    return (
+        f"the change is within the noise of the tolerance (spread {uncertainty:.1%}); more processes "
+        "(gpuperf_ab_max_processes) could decide it"
+    )
+
+
 def judge_numeric(
     a_side: list[SideSample],
     b_side: list[SideSample],
@@ -114,12 +124,12 @@ def judge_numeric(
     tolerance: float,
     kind: str,
     final: bool,
-) -> tuple[str, float, float, list[float], str]:
-    """(status, worse ratio R, uncertainty u, paired ratios, message) for a numeric metric."""
+) -> Judged:
+    """(status, worse ratio R, uncertainty u, paired ratios oriented like R, message) for a numeric metric."""
     if any(float(s.value) == 0.0 for s in [*a_side, *b_side]):
         return _judge_counts(a_side, b_side, better, tolerance, kind)
-    a_costs = [_cost(float(s.value), better) for s in a_side]
-    b_costs = [_cost(float(s.value), better) for s in b_side]
+    a_costs = [worse_ratio(float(s.value), better) for s in a_side]
+    b_costs = [worse_ratio(float(s.value), better) for s in b_side]
     best_a = min(range(len(a_costs)), key=a_costs.__getitem__)
     best_b = min(range(len(b_costs)), key=b_costs.__getitem__)
     worse = b_costs[best_b] / a_costs[best_a] if a_costs[best_a] > 0 else math.inf
@@ -130,63 +140,88 @@ def judge_numeric(
         within = math.hypot(_precision(a_side, better, best_a), _precision(b_side, better, best_b))
         uncertainty = max(_spread(a_costs), _spread(b_costs), within)
     limit = 1.0 + tolerance
-    past = sum(1 for p in paired if p > limit)
-    slack = kind != "memory" or abs(float(b_side[best_b].value) - float(a_side[best_a].value)) > MEMORY_SLACK_BYTES
-    if worse > limit * (1.0 + uncertainty) and 2 * past >= len(paired) and slack:
+    past = sum(1 for p in paired if point_status(p, "lower", tolerance) == "regression")
+    beyond_slack = not within_memory_slack(kind, float(b_side[best_b].value), float(a_side[best_a].value))
+    if worse > limit * (1.0 + uncertainty) and 2 * past >= len(paired) and beyond_slack:
         if kind != "memory" and len(paired) < CONFIRMING_PAIRS and not final:
-            # Whole processes can be slow (a CPU step's buffers that alias by 4 KiB, one process in 5 or so): two B
-            # processes slow together failed unchanged code in 1 of 6 A/B runs of a 10-test file here.
             return "undecided", worse, uncertainty, paired, "B looks worse than A: one more pair confirms it"
         return "regression", worse, uncertainty, paired, "B is worse than A past the tolerance and the noise"
-    if worse * (1.0 + uncertainty) < limit or not slack:
+    if worse * (1.0 + uncertainty) < limit or not beyond_slack:
         if worse * (1.0 + uncertainty) < 1.0 / (1.0 + tolerance / 2.0):
             return "improvement", worse, uncertainty, paired, "B is better than A beyond the noise"
         return "unchanged", worse, uncertainty, paired, "within tolerance"
     status = "inconclusive" if final else "undecided"
-    if math.isinf(uncertainty):
-        why = "one process per side cannot show its spread"
-    elif uncertainty >= tolerance:
-        why = (
-            f"this test's spread between processes is {uncertainty:.0%} here; a {tolerance:.0%} tolerance cannot be "
-            "judged on this machine: raise the tolerance, run more processes (--gpuperf-ab-max-processes) or run "
-            "on a quieter runner"
-        )
-    else:
-        why = (
-            f"the change is within the noise of the tolerance (spread {uncertainty:.1%}); more processes "
-            "(--gpuperf-ab-max-processes) could decide it"
-        )
-    return status, worse, uncertainty, paired, why
+    return status, worse, uncertainty, paired, _undecided_why(uncertainty, tolerance)
 
 
 def _judge_counts(
     a_side: list[SideSample], b_side: list[SideSample], better: str, tolerance: float, kind: str
-) -> tuple[str, float, float, list[float], str]:
+) -> Judged:
     """A metric that reads 0 somewhere (host syncs per step, a count): the sides' medians compared as they are.
 
     Ratios of zeros say nothing (0 / 0), and a count is exact, not noisy: the same median on both sides is
-    unchanged, B's median past A's by more than the tolerance (or from 0) a regression.
+    unchanged, B's median against A's judged like a point value against its baseline (from 0: by its direction).
     """
-    a_mid, b_mid = _median([s.value for s in a_side]), _median([s.value for s in b_side])
-    if a_mid == b_mid or (kind == "memory" and abs(b_mid - a_mid) <= MEMORY_SLACK_BYTES):
+    a_mid, b_mid = median([float(s.value) for s in a_side]), median([float(s.value) for s in b_side])
+    if a_mid == b_mid or within_memory_slack(kind, b_mid, a_mid):
         return "unchanged", 1.0, 0.0, [], f"same on both sides ({a_mid:g})"
-    worse_b = b_mid > a_mid if better == "lower" else b_mid < a_mid
-    low, high = sorted((a_mid, b_mid))
-    ratio = math.inf if low == 0 else high / low
-    says = f"A {a_mid:g}, B {b_mid:g} (medians of the processes)"
-    if ratio - 1.0 <= tolerance:
-        return "unchanged", 1.0, 0.0, [], says
-    return ("regression", ratio, 0.0, [], says) if worse_b else ("improvement", 1.0 / ratio, 0.0, [], says)
-
-
-def _median(values: list[float | str]) -> float:
-    ordered = sorted(float(v) for v in values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+    ratio = value_ratio(b_mid, a_mid)
+    status = point_status(ratio, better, tolerance)
+    worse = 1.0 if status == "unchanged" else worse_ratio(ratio, better)
+    return status, worse, 0.0, [], f"A {a_mid:g}, B {b_mid:g} (medians of the processes)"
 
 
 def _most_common(values: list[float | str]) -> float | str:
     return Counter(values).most_common(1)[0][0]
+
+
+def one_sided(name: str, info: dict[str, Any], a_side: list[SideSample], b_side: list[SideSample]) -> AbVerdict:
+    """A metric measured on one side only: shown, never judged against the other side."""
+    only = "B (the working tree)" if b_side else "A (REF)"
+    side = b_side or a_side
+    verdict = _blank(name, info, a_side, b_side)
+    verdict.message, verdict.tolerance = f"only measured on {only}", None
+    verdict.b = side[-1].value if b_side else None
+    verdict.judged = any(s.status != "info" for s in side)
+    verdict.a = side[-1].value if a_side else None
+    return verdict
+
+
+def _blank(name: str, info: dict[str, Any], a_side: list[SideSample], b_side: list[SideSample]) -> AbVerdict:
+    """An informational verdict of ``name`` from B's verdict dict ``info`` (unit, better, kind, tolerance)."""
+    unit, better, kind = str(info.get("unit", "")), str(info.get("better", "lower")), str(info.get("kind", "custom"))
+    a_values, b_values = [s.value for s in a_side], [s.value for s in b_side]
+    verdict = AbVerdict(name, str(info.get("label", name)), unit, better, kind, "info", a_values, b_values)
+    tolerance = info.get("tolerance")
+    verdict.tolerance = float(tolerance) if isinstance(tolerance, (int, float)) else None
+    return verdict
+
+
+def _on_ratio(
+    verdict: AbVerdict, a_side: list[SideSample], b_side: list[SideSample], pairs: list[tuple[int, int]], final: bool
+) -> None:
+    """Judge a time, throughput, memory or custom number by the best processes and the round pairs."""
+    better, tolerance = verdict.better, float(verdict.tolerance or 0.0)
+    status, worse, uncertainty, paired, message = judge_numeric(
+        a_side, b_side, pairs, better, tolerance, verdict.kind, final
+    )
+    pick = min if better == "lower" else max
+    verdict.a, verdict.b = pick(float(s.value) for s in a_side), pick(float(s.value) for s in b_side)
+    verdict.worse, verdict.uncertainty = worse, uncertainty
+    verdict.pairs = [worse_ratio(p, better) for p in paired if p > 0]  # B / A, like ``ratio``
+    verdict.status, verdict.message = ("info", message) if not verdict.judged else (status, message)
+    verdict.decided = status != "undecided"
+
+
+def _stored_gate(verdict: AbVerdict, stored: list[str]) -> None:
+    """Stored baselines keep gating memory, categories (the bound) and custom metrics: B's own verdicts."""
+    gating = [s for s in stored if s in FAILING_STATUSES]
+    if gating and len(gating) == len(stored):
+        verdict.status = worst_status([verdict.status, gating[0]])
+        verdict.message += f"; against the stored baseline: {gating[0]}"
+    elif gating:
+        verdict.status = worst_status([verdict.status, "inconclusive"])
+        verdict.message += f"; against the stored baseline {len(gating)} of {len(stored)} B processes disagree"
 
 
 def judge_metric(
@@ -198,40 +233,22 @@ def judge_metric(
     final: bool,
 ) -> AbVerdict:
     """Judge one metric present on both sides; ``info`` is B's verdict dict (unit, better, kind, tolerance)."""
-    unit, better, kind = str(info.get("unit", "")), str(info.get("better", "lower")), str(info.get("kind", "custom"))
-    label = str(info.get("label", name))
-    tolerance = info.get("tolerance")
-    verdict = AbVerdict(name, label, unit, better, kind, "info", [s.value for s in a_side], [s.value for s in b_side])
-    verdict.tolerance = float(tolerance) if isinstance(tolerance, (int, float)) else None
+    verdict = _blank(name, info, a_side, b_side)
     stored = [s.status for s in b_side]
-    informational = all(s == "info" for s in stored)
-    verdict.judged = not informational
+    verdict.judged = not all(s == "info" for s in stored)
     numeric = all(isinstance(s.value, (int, float)) for s in [*a_side, *b_side])
-    if kind in RATIO_KINDS and numeric and better in ("lower", "higher") and verdict.tolerance is not None:
-        status, worse, uncertainty, paired, message = judge_numeric(
-            a_side, b_side, pairs, better, verdict.tolerance, kind, final
-        )
-        pick = min if better == "lower" else max
-        verdict.a, verdict.b = pick(float(s.value) for s in a_side), pick(float(s.value) for s in b_side)
-        verdict.worse, verdict.uncertainty = worse, uncertainty
-        verdict.pairs = [p if better == "lower" else 1.0 / p for p in paired if p > 0]  # B / A, like ``ratio``
-        verdict.status, verdict.message = ("info", message) if informational else (status, message)
-        verdict.decided = status != "undecided"
+    ratio_judged = verdict.kind in RATIO_KINDS and verdict.better in ("lower", "higher")
+    if ratio_judged and numeric and verdict.tolerance is not None:
+        _on_ratio(verdict, a_side, b_side, pairs, final)
     elif numeric:
-        verdict.a, verdict.b = _median(verdict.a_values), _median(verdict.b_values)
+        verdict.a = median([float(v) for v in verdict.a_values])
+        verdict.b = median([float(v) for v in verdict.b_values])
         verdict.message = "recorded, not judged (median of the processes)"
     else:
         verdict.a, verdict.b = _most_common(verdict.a_values), _most_common(verdict.b_values)
         verdict.message = "same on both sides" if verdict.a == verdict.b else f"A {verdict.a}, B {verdict.b}"
         if len(set(stored)) == 1 and stored[0] in ("unchanged", "changed"):
             verdict.status = stored[0]  # judged against the stored baseline in the B processes
-    if kind != "time" and kind != "throughput" and not informational:
-        # Stored baselines keep gating memory, categories (the bound) and custom metrics: B's own verdicts.
-        gating = [s for s in stored if s in FAILING_STATUSES]
-        if gating and len(gating) == len(stored):
-            verdict.status = worst_status([verdict.status, gating[0]])
-            verdict.message += f"; against the stored baseline: {gating[0]}"
-        elif gating:
-            verdict.status = worst_status([verdict.status, "inconclusive"])
-            verdict.message += f"; against the stored baseline {len(gating)} of {len(stored)} B processes disagree"
+    if verdict.kind not in ("time", "throughput") and verdict.judged:
+        _stored_gate(verdict, stored)
     return verdict

@@ -29,29 +29,29 @@ AB_OPTIONS: list[tuple[Any, ...]] = [
         "worker processes on this machine and judge B against A instead of a stored baseline",
         {"metavar": "REF"},
     ),
-    ("--gpuperf-ab-processes", "int", 2, "A/B: worker processes per side for every test (at least 2)", {"minimum": 2}),
+    ("gpuperf_ab_processes", "int", 2, "A/B: worker processes per side for every test (at least 2)", {"minimum": 2}),
     (
-        "--gpuperf-ab-max-processes",
+        "gpuperf_ab_max_processes",
         "int",
         4,
         "A/B: worker processes per side at most, for tests still undecided",
         {"minimum": 2},
     ),
-    ("--gpuperf-ab-max-time", "float", 0.5, "A/B: measuring budget per measure() call in a worker", {"above": 0}),
+    ("gpuperf_ab_max_time", "float", 0.5, "A/B: measuring budget per measure() call in a worker", {"above": 0}),
     (
-        "--gpuperf-ab-timeout",
+        "gpuperf_ab_timeout",
         "float",
         1800.0,
         "A/B: seconds one worker process may run before it is killed",
-        {"above": 0},
+        {"above": 0, "section": "timeouts"},
     ),
 ]
 STATE_KEY = pytest.StashKey["AbState"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the A/B flags and their ini twins."""
-    add_options(parser, AB_OPTIONS)
+    """Register the A/B flag and ini keys."""
+    add_options(parser, AB_OPTIONS, "A/B")
 
 
 def _state(config: pytest.Config) -> AbState | None:

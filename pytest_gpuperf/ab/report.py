@@ -28,7 +28,8 @@ ICONS = {
 }
 
 
-def _value(value: Any, unit: str) -> str:
+def show_value(value: Any, unit: str) -> str:
+    """A value as the A/B reports show it ("-" for none)."""
     return format_value(value, unit) if isinstance(value, (int, float, str)) else "-"
 
 
@@ -40,8 +41,8 @@ def metric_row(metric: dict[str, Any]) -> list[str]:
     pairs = metric.get("pairs") or []
     return [
         metric["label"],
-        _value(metric.get("a"), unit),
-        _value(metric.get("b"), unit),
+        show_value(metric.get("a"), unit),
+        show_value(metric.get("b"), unit),
         format_change(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else "",
         ", ".join(f"{(p - 1) * 100:+.0f}%" for p in pairs if p > 0),
         f"{tolerance:.0%}" if isinstance(tolerance, (int, float)) and metric["kind"] != "category" else "",

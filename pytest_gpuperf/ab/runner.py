@@ -177,7 +177,7 @@ class AbRunner:
         run.timeline = warm.timeline(self._began or began)
         output, code = warm.output(), warm.proc.returncode
         if not finished:
-            output += f"\n(worker killed after {self.timeout:.0f} s: --gpuperf-ab-timeout)"
+            output += f"\n(worker killed after {self.timeout:.0f} s: gpuperf_ab_timeout)"
         try:
             run.data = json.loads(warm.out.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -12,45 +12,47 @@ import pytest
 from pytest_gpuperf.ab.gitref import AbRefError, untracked_extensions
 from pytest_gpuperf.ab.imports import a_side_paths, editable_mappings, editable_warnings, package_dirs, pythonpath
 from pytest_gpuperf.ab.runner import AbRunner, Side, child_env, side_scope
-from pytest_gpuperf.settings import get_option, ini_name
+from pytest_gpuperf.settings import command_line_value, get_option, registered_options
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.gitref import Worktree
     from pytest_gpuperf.session import GpuperfSession
 
 
+#: Options a worker does not take from the controller's command line (the controller reports, records, judges).
 NOT_FORWARDED = frozenset(
     {
-        "--gpuperf",
-        "--gpuperf-update",
-        "--gpuperf-strict",
-        "--gpuperf-baselines",
-        "--gpuperf-max-time",
-        "--gpuperf-no-confirm",
-        "--gpuperf-json",
-        "--gpuperf-markdown",
-        "--gpuperf-no-step-summary",
-        "--gpuperf-plot",
-        "--gpuperf-baseline-ref",
-        "--gpuperf-worker-gpus",
-        "--gpuperf-processes",
+        "gpuperf",
+        "gpuperf_update",
+        "gpuperf_strict",
+        "gpuperf_baselines",
+        "gpuperf_max_time",
+        "gpuperf_no_confirm",
+        "gpuperf_json",
+        "gpuperf_markdown",
+        "gpuperf_no_step_summary",
+        "gpuperf_plot",
+        "gpuperf_baseline_ref",
+        "gpuperf_worker_gpus",
+        "gpuperf_processes",
     }
 )
 
 
 def forwarded_flags(config: pytest.Config) -> list[str]:
-    """The ``--gpuperf-*`` flags given on this command line that a worker must see too (backend, timing ...)."""
-    from pytest_gpuperf.settings import _REGISTRY
-
+    """The options given on this command line (a flag, or ``-o key=value``) that a worker must see too (backend,
+    timing ...): flags as flags, ini keys as ``-o key=value``."""
     args: list[str] = []
-    for flag, spec in sorted(_REGISTRY.items()):
-        kind = spec[0]
-        if flag in NOT_FORWARDED or flag.startswith("--gpuperf-ab"):
+    for option in sorted(registered_options(), key=lambda o: o.name):
+        if option.name in NOT_FORWARDED or option.name.startswith("gpuperf_ab"):
             continue
-        value = config.getoption(ini_name(flag), default=None)
-        if value is None or value is False:
+        value = command_line_value(config, option.name)
+        if value is None:
             continue
-        args += [flag] if kind == "bool" else [flag, str(value)]
+        if option.flag is None or config.getoption(option.name, default=None) is None:
+            args += ["-o", f"{option.name}={value}"]  # an ini key, or a flag's ini twin given with -o
+        else:
+            args += [option.flag] if option.kind == "bool" else [option.flag, value]
     return args
 
 
@@ -77,12 +79,9 @@ def test_args(config: pytest.Config) -> list[str]:
 
 def worker_args(config: pytest.Config, session: GpuperfSession) -> list[str]:
     """Flags every worker gets: the working tree's baselines (both sides time the same way), budget, filters."""
-    from pytest_gpuperf.settings import _REGISTRY
-
-    args = ["--gpuperf-baselines", str(session.settings.baselines_dir)]
-    args += ["--gpuperf-max-time", str(get_option(config, "--gpuperf-ab-max-time"))]
-    if "--gpuperf-no-confirm" in _REGISTRY:
-        args.append("--gpuperf-no-confirm")  # the controller judges; a worker's own confirmation costs time
+    args = ["-o", f"gpuperf_baselines={session.settings.baselines_dir}"]
+    args += ["-o", f"gpuperf_max_time={get_option(config, 'gpuperf_ab_max_time')}"]
+    args += ["-o", "gpuperf_no_confirm=true"]  # the controller judges; a worker's own confirmation costs time
     if getattr(config.option, "keyword", ""):
         args += ["-k", config.option.keyword]
     if getattr(config.option, "markexpr", ""):
@@ -135,9 +134,9 @@ def build_runner(
         side_a,
         side_b,
         worker_args(config, session),
-        min_processes=get_option(config, "--gpuperf-ab-processes"),
-        max_processes=get_option(config, "--gpuperf-ab-max-processes"),
-        timeout=get_option(config, "--gpuperf-ab-timeout"),
+        min_processes=get_option(config, "gpuperf_ab_processes"),
+        max_processes=get_option(config, "gpuperf_ab_max_processes"),
+        timeout=get_option(config, "gpuperf_ab_timeout"),
         scratch=scratch,
         cache_dir=workers_cache(config),
     )

@@ -52,12 +52,12 @@ class AbState:
             worktree = Worktree(ref, os.environ.get(ENV_SHA, ""), tree, Path(shared), owned=False)
         else:
             worktree = Worktree.create(tree, ref)
-        minimum = get_option(config, "--gpuperf-ab-processes")
-        maximum = get_option(config, "--gpuperf-ab-max-processes")
+        minimum = get_option(config, "gpuperf_ab_processes")
+        maximum = get_option(config, "gpuperf_ab_max_processes")
         if maximum < minimum:
             worktree.remove()
             raise pytest.UsageError(
-                f"--gpuperf-ab-max-processes ({maximum}) must be at least --gpuperf-ab-processes ({minimum})"
+                f"gpuperf_ab_max_processes ({maximum}) must be at least gpuperf_ab_processes ({minimum})"
             )
         return cls(config, session, worktree, tree)
 
@@ -238,10 +238,10 @@ class AbState:
             "processes": {
                 "A": sum(1 for r in runs if r.side == "A"),
                 "B": sum(1 for r in runs if r.side == "B"),
-                "min": get_option(self.config, "--gpuperf-ab-processes"),
-                "max": get_option(self.config, "--gpuperf-ab-max-processes"),
+                "min": get_option(self.config, "gpuperf_ab_processes"),
+                "max": get_option(self.config, "gpuperf_ab_max_processes"),
             },
-            "max_time": get_option(self.config, "--gpuperf-ab-max-time"),
+            "max_time": get_option(self.config, "gpuperf_ab_max_time"),
             "xdist": self.is_xdist_controller,
             "cost_per_test_s": {"A": outcome.cost("A"), "B": outcome.cost("B")} if outcome else {},
             "wall_per_test_s": outcome.per_test() if outcome else 0.0,

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf.ab.judge import AbVerdict
-from pytest_gpuperf.results import Metric, Verdict, worst_status
-from pytest_gpuperf.units import format_change, format_value
+from pytest_gpuperf.ab.report import show_value
+from pytest_gpuperf.results import Metric, Verdict, verdict_from_dict, worst_status
+from pytest_gpuperf.units import format_change
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.evidence import TestEvidence
@@ -20,13 +21,9 @@ if TYPE_CHECKING:
 JUDGED_KINDS = ("time", "throughput", "memory")
 
 
-def _show(value: Any, unit: str) -> str:
-    return format_value(value, unit) if isinstance(value, (int, float, str)) else "-"
-
-
 def _message(title: str, ab: AbVerdict) -> str:
     change = f", {format_change(ab.ratio)}" if ab.ratio else ""
-    return f"{ab.label}: {title}: A {_show(ab.a, ab.unit)}, B {_show(ab.b, ab.unit)}{change}; {ab.message}"
+    return f"{ab.label}: {title}: A {show_value(ab.a, ab.unit)}, B {show_value(ab.b, ab.unit)}{change}; {ab.message}"
 
 
 def _best_samples(evidence: TestEvidence, name: str) -> list[float]:
@@ -52,36 +49,11 @@ def to_verdict(title: str, ab: AbVerdict, samples: list[float]) -> Verdict:
         samples=samples,
         judged=ab.status != "info",
         tolerance=ab.tolerance,
-        extra={"ab": title, "ab_a": ", ".join(_show(v, ab.unit) for v in ab.a_values)},
+        extra={"ab": title, "ab_a": ", ".join(show_value(v, ab.unit) for v in ab.a_values)},
     )
     status = "unchanged" if ab.status == "undecided" else ab.status
     baseline = ab.a if isinstance(ab.a, (int, float, str)) else None
     return Verdict(metric, status, baseline, ab.ratio, None, ab.tolerance, _message(title, ab))  # type: ignore[arg-type]
-
-
-def from_payload(verdict: dict[str, Any]) -> Verdict:
-    """A session verdict rebuilt from a worker's verdict dict (tests only on the B side)."""
-    metric = Metric(
-        str(verdict["metric"]),
-        verdict.get("value"),  # type: ignore[arg-type]
-        str(verdict.get("unit", "")),
-        verdict.get("better", "lower"),
-        str(verdict.get("kind", "custom")),
-        samples=list(verdict.get("sample_values") or []),
-        judged=verdict.get("status") != "info",
-        tolerance=verdict.get("tolerance"),
-        extra=dict(verdict.get("extra") or {}),
-    )
-    ci = verdict.get("ci")
-    return Verdict(
-        metric,
-        verdict.get("status", "new"),
-        verdict.get("baseline"),
-        verdict.get("ratio"),
-        tuple(ci) if ci else None,
-        verdict.get("tolerance"),
-        str(verdict.get("message", "")),
-    )
 
 
 def _skip_reason(evidence: TestEvidence, side: str) -> str | None:
@@ -120,7 +92,7 @@ def _record_update(session: GpuperfSession, context: TestContext, evidence: Test
         return float(values[0]) if values and isinstance(values[0], (int, float)) else 0.0
 
     chosen = sorted(payloads, key=key)[(len(payloads) - 1) // 2]
-    metrics = [from_payload(v).metric for v in chosen.get("verdicts", [])]
+    metrics = [verdict_from_dict(v).metric for v in chosen.get("verdicts", [])]
     session.judging.store(context, [Verdict(m, "recorded", tolerance=m.tolerance) for m in metrics])
 
 
@@ -139,7 +111,7 @@ def apply_evidence(
     context = _context(item, int((payload.get("fingerprint") or {}).get("world_size") or 1))
     new = item.nodeid in outcome.new
     if new:
-        verdicts = [from_payload(v) for v in payload.get("verdicts", [])]
+        verdicts = [verdict_from_dict(v) for v in payload.get("verdicts", [])]
         metrics: list[dict[str, Any]] = []
         note = "new: only in the working tree, judged against the stored baselines"
     else:

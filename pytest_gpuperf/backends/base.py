@@ -1,18 +1,25 @@
 """The interface every backend implements (cuda, mps, vulkan, cpu, third-party).
 
-A backend answers five questions for the measuring loop: is it here (and if not,
+A backend answers the measuring loop's questions: is it here (and if not,
 why), what hardware is it (fingerprint), how to wait for queued work
 (synchronize), how long did ``iters`` calls of a step take on the device
-(``time_block``), and how much device memory did one call need at its peak
+(``time_block``), how are its steps timed (``sampler``: a strategy of
+:mod:`pytest_gpuperf.timing.samplers`, and the ``instruments`` held while they
+are), and how much device memory did one call need at its peak
 (``measure_peak_memory``).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.timing.record import Instrument
+    from pytest_gpuperf.timing.samplers import Sampler
+    from pytest_gpuperf.timing.sampling import MeasureConfig
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,26 @@ class Backend(abc.ABC):
     def measure_peak_memory(self, step: Callable[[], object]) -> int:
         """Run ``step`` once and return its peak device memory in bytes."""
 
+    def sampler(self, config: MeasureConfig) -> Sampler:
+        """How this backend's steps are timed: :meth:`clock_sampler`, each call after a cache flush when
+        ``config.l2_flush`` asks for one (torch devices)."""
+        from pytest_gpuperf.timing.l2_flush import L2FlushSampler
+
+        clock = self.clock_sampler(config)
+        if config.l2_flush and self.runs_torch:
+            return L2FlushSampler(clock, self.device, self.time_block)
+        return clock
+
+    def clock_sampler(self, config: MeasureConfig) -> Sampler:
+        """The sampler of this backend's own clock: :meth:`time_block` around ``iters`` calls per sample."""
+        from pytest_gpuperf.timing.samplers import BlockSampler
+
+        return BlockSampler(self.time_block, "events")
+
+    def instruments(self, config: MeasureConfig) -> Sequence[Instrument]:
+        """Instruments held over a whole measurement (warm-up and samples); none by default."""
+        return ()
+
     def count_host_syncs(self, step: Callable[[], object]) -> int | None:
         """Run ``step`` once and count the host-device synchronizations it made; None where the backend cannot tell."""
         return None
@@ -68,7 +95,7 @@ class Backend(abc.ABC):
         """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).
 
         Such devices share cores with everything else on the machine, so they get the CPU
-        time tolerance (``--gpuperf-cpu-time-tolerance``) instead of the GPU one.
+        time tolerance (``gpuperf_cpu_time_tolerance``) instead of the GPU one.
         """
         return False
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.backends.base import Availability
 from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.timing.record import Instrument
+    from pytest_gpuperf.timing.samplers import Sampler
+    from pytest_gpuperf.timing.sampling import MeasureConfig
 
 
 def _cpu_model_name() -> str:
@@ -64,12 +69,33 @@ class CpuBackend(TorchBackend):
     name = "cpu"
     torch_device_type = "cpu"
 
-    def availability(self) -> Availability:
-        try:
-            import torch  # noqa: F401
-        except ImportError as exc:
-            return Availability(False, f"torch is not importable: {exc}")
+    def torch_availability(self, torch: Any) -> Availability:
         return Availability(True, f"CPU: {_cpu_model_name()}")
+
+    def instruments(self, config: MeasureConfig) -> Sequence[Instrument]:
+        """The measuring threads (``gpuperf_cpu_threads``) over the whole measurement."""
+        from pytest_gpuperf.timing.threads import CpuThreads
+
+        return (CpuThreads(config.cpu_threads),)
+
+    def clock_sampler(self, config: MeasureConfig) -> Sampler:
+        """The thread's CPU time with one intra-op thread (``cpu_clock`` auto) or when asked (``thread``), else the
+        wall clock (:meth:`time_block`); the heap shifted between samples (``shift_layout``).
+
+        On a CPU shared with other jobs, wall time counts the slices the scheduler gave to them; with one intra-op
+        thread every op of the step runs in the calling thread, so its CPU time is the step's own cost.
+        """
+        import time
+
+        import torch
+
+        from pytest_gpuperf.timing.layout import HeapLayout
+        from pytest_gpuperf.timing.samplers import BlockSampler, ThreadClockSampler
+
+        layout = HeapLayout() if config.shift_layout else None
+        if config.cpu_clock == "thread" or (config.cpu_clock == "auto" and torch.get_num_threads() == 1):
+            return ThreadClockSampler(self.time_block, layout=layout)
+        return BlockSampler(self.time_block, "events", cpu_now=time.thread_time, layout=layout)
 
     def fingerprint(self) -> dict[str, Any]:
         from pytest_gpuperf.backends.cpu_threads import effective
@@ -79,7 +105,7 @@ class CpuBackend(TorchBackend):
             "device_name": cpu_brand(),
             "arch": platform.machine(),
             "memory_gib": round(_total_memory_bytes() / 2**30),
-            "threads": effective(),  # intra-op threads while measuring (--gpuperf-cpu-threads)
+            "threads": effective(),  # intra-op threads while measuring (gpuperf_cpu_threads)
             **torch_versions(),
             **host_description(),
         }
@@ -91,7 +117,7 @@ class CpuBackend(TorchBackend):
         """CPU ops in eager torch are synchronous; nothing to wait for."""
 
     def time_block(self, step: Callable[[], object], iters: int) -> float:
-        """Wall seconds of ``iters`` calls, with the session's measuring threads (``--gpuperf-cpu-threads``)."""
+        """Wall seconds of ``iters`` calls, with the session's measuring threads (``gpuperf_cpu_threads``)."""
         from pytest_gpuperf.backends.cpu_threads import session_threads
 
         with session_threads():

@@ -1,9 +1,9 @@
-"""The CPU backend's intra-op thread count while measuring (``--gpuperf-cpu-threads``, default 1).
+"""The CPU backend's intra-op thread count while measuring (``gpuperf_cpu_threads``, default 1).
 
 Like ``torch.utils.benchmark.Timer``, CPU steps are timed with one intra-op torch
 thread by default: on a shared runner several threads swing with the
-neighbours' load (one baseline's samples spread 63x with the default threads;
-18 of 19 runs were clean with one). The count is recorded in the CPU
+neighbours' load by far more than one thread does (``docs/PERFORMANCE.md``
+has the figures). The count is recorded in the CPU
 fingerprint (``threads``) and the user's own setting is restored after each
 measurement. ``0`` leaves torch's thread count as the test set it.
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: Intra-op threads while timing a CPU step, unless ``--gpuperf-cpu-threads`` says otherwise.
+from pytest_gpuperf.timing.threads import measuring_open, measuring_threads
+
+__all__ = ["DEFAULT_CPU_THREADS", "configure", "configured", "effective", "measuring_threads", "session_threads"]
+
+#: Intra-op threads while timing a CPU step, unless ``gpuperf_cpu_threads`` says otherwise.
 DEFAULT_CPU_THREADS = 1
 
 _configured: list[int] = [DEFAULT_CPU_THREADS]
-#: How many :func:`measuring_threads` blocks are open (an inner one never overrides an outer one's count).
-_open: list[int] = [0]
 
 
 def configure(threads: int) -> None:
@@ -44,32 +46,12 @@ def effective(threads: int | None = None) -> int:
 
 
 @contextmanager
-def measuring_threads(threads: int) -> Iterator[int]:
-    """Run the body with ``threads`` intra-op torch threads (0: unchanged); restore the previous count after."""
-    import torch
-
-    previous = int(torch.get_num_threads())
-    _open[0] += 1
-    try:
-        if threads <= 0 or threads == previous:
-            yield previous
-            return
-        torch.set_num_threads(threads)
-        try:
-            yield threads
-        finally:
-            torch.set_num_threads(previous)
-    finally:
-        _open[0] -= 1
-
-
-@contextmanager
 def session_threads() -> Iterator[int]:
     """The session's measuring threads for a CPU backend call made outside :func:`measure_time` (the plan's
     quick timing, peak memory); inside an open :func:`measuring_threads` block, that block's count stays."""
     import torch
 
-    if _open[0]:
+    if measuring_open():
         yield int(torch.get_num_threads())
         return
     with measuring_threads(configured()) as threads:

@@ -1,12 +1,22 @@
-"""The CUDA backend: CUDA-event timing and the caching allocator's peak statistics."""
+"""The CUDA backend: device time per step (graph replay, CUPTI, CUDA events) and the caching allocator's peak."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.backends.base import Availability
-from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, time_with_events, torch_versions
+from pytest_gpuperf.backends.torch_common import (
+    TorchBackend,
+    first_missing,
+    host_description,
+    time_with_events,
+    torch_versions,
+)
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.timing.samplers import Sampler
+    from pytest_gpuperf.timing.sampling import MeasureConfig
 
 
 def _driver_version() -> str:
@@ -40,16 +50,22 @@ class CudaBackend(TorchBackend):
     name = "cuda"
     torch_device_type = "cuda"
 
-    def availability(self) -> Availability:
-        try:
-            import torch
-        except ImportError as exc:
-            return Availability(False, f"torch is not importable: {exc}")
-        if not torch.backends.cuda.is_built():
-            return Availability(False, f"torch {torch.__version__} was built without CUDA")
-        if not torch.cuda.is_available():
-            return Availability(False, f"torch {torch.__version__} has CUDA support but found no CUDA device")
-        return Availability(True, f"CUDA: {torch.cuda.get_device_name(0)}")
+    def torch_availability(self, torch: Any) -> Availability:
+        version = torch.__version__
+        return first_missing(
+            [
+                (torch.backends.cuda.is_built, f"torch {version} was built without CUDA"),
+                (torch.cuda.is_available, f"torch {version} has CUDA support but found no CUDA device"),
+            ],
+            lambda: f"CUDA: {torch.cuda.get_device_name(0)}",
+        )
+
+    def clock_sampler(self, config: MeasureConfig) -> Sampler:
+        """The GPU's own time per step: CUDA graph replay, else CUPTI kernel sums, else events
+        (:class:`~pytest_gpuperf.timing.cuda.device_time.DeviceTimeSampler`)."""
+        from pytest_gpuperf.timing.cuda.device_time import DeviceTimeSampler
+
+        return DeviceTimeSampler(self.time_block)
 
     def device(self) -> Any:
         import torch

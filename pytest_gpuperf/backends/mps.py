@@ -27,8 +27,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_gpuperf.backends.base import Availability
-from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, time_with_events, torch_versions
+from pytest_gpuperf.backends.torch_common import (
+    TorchBackend,
+    first_missing,
+    host_description,
+    time_with_events,
+    torch_versions,
+)
 
+NO_METAL = "no Metal device is available (macOS 12.3+ needed)"
 MEMORY_API_ACCELERATOR = "torch.accelerator.max_memory_allocated"
 MEMORY_API_SAMPLED = "torch.mps.current_allocated_memory (sampled)"
 
@@ -80,16 +87,14 @@ class MpsBackend(TorchBackend):
         self.last_driver_bytes = 0
         self._accelerator_failed = False
 
-    def availability(self) -> Availability:
-        try:
-            import torch
-        except ImportError as exc:
-            return Availability(False, f"torch is not importable: {exc}")
-        if not torch.backends.mps.is_built():
-            return Availability(False, f"torch {torch.__version__} was built without MPS (Metal) support")
-        if not torch.backends.mps.is_available():
-            return Availability(False, "torch has MPS support but no Metal device is available (macOS 12.3+ needed)")
-        return Availability(True, f"MPS: {self._chip()}")
+    def torch_availability(self, torch: Any) -> Availability:
+        return first_missing(
+            [
+                (torch.backends.mps.is_built, f"torch {torch.__version__} was built without MPS (Metal) support"),
+                (torch.backends.mps.is_available, f"torch has MPS support but {NO_METAL}"),
+            ],
+            lambda: f"MPS: {self._chip()}",
+        )
 
     def _chip(self) -> str:
         return _sysctl("machdep.cpu.brand_string") or platform.processor() or "Apple GPU"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytest_gpuperf.backends.base import Backend
+from pytest_gpuperf.backends.base import Availability, Backend
 
 
 def torch_versions() -> dict[str, Any]:
@@ -22,6 +22,18 @@ class TorchBackend(Backend):
     """Base for backends whose device is a ``torch.device``; times with sync + host clock."""
 
     torch_device_type = "cpu"
+
+    def availability(self) -> Availability:
+        """Unavailable without torch; else what :meth:`torch_availability` finds."""
+        try:
+            import torch
+        except ImportError as exc:
+            return Availability(False, f"torch is not importable: {exc}")
+        return self.torch_availability(torch)
+
+    def torch_availability(self, torch: Any) -> Availability:
+        """Whether this torch can run the backend's device (``torch`` is imported)."""
+        return Availability(True, self.torch_device_type)
 
     def device(self) -> Any:
         import torch
@@ -49,6 +61,15 @@ def time_with_events(event_class: Any, step: Callable[[], object], iters: int) -
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1e3
+
+
+def first_missing(checks: Sequence[tuple[Callable[[], bool], str]], found: Callable[[], str]) -> Availability:
+    """Unavailable with the reason of the first check that fails (each asked only after the ones before pass),
+    else available as ``found()`` describes it."""
+    for check, reason in checks:
+        if not check():
+            return Availability(False, reason)
+    return Availability(True, found())
 
 
 def host_description() -> dict[str, Any]:

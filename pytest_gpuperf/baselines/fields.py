@@ -113,7 +113,7 @@ def _samples(value: Any, entry: dict[str, Any]) -> None:
 
 
 #: Upper bound of a stored noise figure (a fraction): far above any real one, and above what a huge tolerance
-#: gives (``min_detectable_change`` is at least the tolerance: ``--gpuperf-cpu-time-tolerance 100`` stores 100+).
+#: gives (``min_detectable_change`` is at least the tolerance: ``gpuperf_cpu_time_tolerance = 100`` stores 100+).
 NOISE_FIGURE_LIMIT = 1e6
 
 

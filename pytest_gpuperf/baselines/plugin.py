@@ -5,7 +5,7 @@
 * ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
   ``pytest_gpuperf_baseline_loader``), and :func:`ref_changes` lists the entries the working tree
   changes against it for the reports;
-* a ``--gpuperf-baselines`` path that is a file is one usage error, not a failure per test;
+* a ``gpuperf_baselines`` path that is a file is one usage error, not a failure per test;
 * under ``--gpuperf-update`` the session's sink is the :class:`~pytest_gpuperf.baselines.recording.Recorder`:
   its :class:`~pytest_gpuperf.baselines.update.BaselineUpdater` holds each test's entries and writes those of
   passed tests at the end;
@@ -57,8 +57,8 @@ TRACKER_NAME = "gpuperf-baseline-tracker"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register ``--gpuperf-update-all``, ``--gpuperf-baseline-ref`` and their ini twins."""
-    add_options(parser, BASELINE_OPTIONS)
+    """Register the baseline flags (``--gpuperf-update-all``, ``-baseline-ref``, ``-accept-slower``) and ini twins."""
+    add_options(parser, BASELINE_OPTIONS, "baselines")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if directory.exists() and not directory.is_dir():
         raise pytest.UsageError(
             f"pytest-gpuperf: the baselines path {directory} is a file, not a directory; "
-            "move it away or pass --gpuperf-baselines=DIR"
+            "move it away or set the ini key gpuperf_baselines (-o gpuperf_baselines=DIR)"
         )
     ref_name = get_option(config, "--gpuperf-baseline-ref")
     if ref_name:

@@ -4,7 +4,7 @@ Chosen once, when the session builds its judging service (:func:`choose_sink`). 
 ``recorded`` verdicts (``info`` for informational ones); their entries are validated and held per test by the
 :class:`~pytest_gpuperf.baselines.update.BaselineUpdater`, which the recorder owns: it decides what each entry
 keeps (:mod:`.policy`), commits the entries of tests that passed and writes them at the end. A baseline is
-recorded from ``--gpuperf-processes`` processes (:meth:`Recorder.second_look`), the median process's numbers and
+recorded from ``gpuperf_processes`` processes (:meth:`Recorder.second_look`), the median process's numbers and
 the spread between them stored (:mod:`pytest_gpuperf.judging.replication`).
 """
 

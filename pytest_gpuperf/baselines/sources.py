@@ -1,7 +1,7 @@
 """The file-backed baseline source: baseline files keyed by fingerprint and world size.
 
 :class:`FileBaselines` implements the judging service's source protocol
-(:class:`pytest_gpuperf.judging.sources.BaselineSource`): files under ``--gpuperf-baselines``, read once each
+(:class:`pytest_gpuperf.judging.sources.BaselineSource`): files under ``gpuperf_baselines``, read once each
 through one loader (the working tree's, or a git ref's from ``pytest_gpuperf_baseline_loader``). The session
 hands it to the service; a rank gets :class:`~pytest_gpuperf.judging.sources.FixedBaselines` instead.
 """

@@ -53,7 +53,7 @@ def describe_failure(
         if timeout is not None:
             parts.append(
                 f"rank(s) {ranks} of {world_size} did not finish within {timeout:g} s (a hung collective?); "
-                "raise the limit with @pytest.mark.gpuperf_distributed(timeout=...) or --gpuperf-dist-timeout. "
+                "raise the limit with @pytest.mark.gpuperf_distributed(timeout=...) or gpuperf_dist_timeout. "
                 "Their stacks:"
             )
         else:

@@ -22,15 +22,21 @@ if TYPE_CHECKING:
 
 OPTIONS: list[tuple[Any, ...]] = [
     (
-        "--gpuperf-dist-timeout",
+        "gpuperf_dist_timeout",
         "float",
         300.0,
         "seconds a distributed test may run before its ranks' stacks dump",
-        {"above": 0},
+        {"above": 0, "section": "timeouts"},
     ),
-    ("--gpuperf-dist-start-timeout", "float", 300.0, "seconds to wait for a rank pool to start", {"above": 0}),
     (
-        "--gpuperf-no-dist-pool",
+        "gpuperf_dist_start_timeout",
+        "float",
+        300.0,
+        "seconds to wait for a rank pool to start",
+        {"above": 0, "section": "timeouts"},
+    ),
+    (
+        "gpuperf_no_dist_pool",
         "bool",
         False,
         "start fresh ranks for every distributed test instead of reusing a pool",
@@ -49,8 +55,8 @@ SPEC_KEY = pytest.StashKey["DistSpec"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the distributed feature's flags and their ini twins."""
-    add_options(parser, OPTIONS)
+    """Register the distributed feature's ini keys."""
+    add_options(parser, OPTIONS, "distributed")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,8 +70,8 @@ def _manager(config: pytest.Config) -> PoolManager:
     manager = config.stash.get(MANAGER_KEY, None)
     if manager is None:
         manager = PoolManager(
-            start_timeout=get_option(config, "--gpuperf-dist-start-timeout"),
-            reuse=not get_option(config, "--gpuperf-no-dist-pool"),
+            start_timeout=get_option(config, "gpuperf_dist_start_timeout"),
+            reuse=not get_option(config, "gpuperf_no_dist_pool"),
         )
         config.stash[MANAGER_KEY] = manager
     return manager
@@ -79,7 +85,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     from pytest_gpuperf.distributed.env import world_size_problem
     from pytest_gpuperf.distributed.runner import spec_for
 
-    spec = spec_for(item, get_option(item.config, "--gpuperf-dist-timeout"))
+    spec = spec_for(item, get_option(item.config, "gpuperf_dist_timeout"))
     problem = world_size_problem(spec.backend, spec.world_size)
     if problem is not None:
         pytest.skip(problem)
@@ -142,7 +148,7 @@ def gpuperf_torchrun(request: pytest.FixtureRequest, gpuperf_backend: Backend) -
     handle = None
     if "gpuperf" in request.fixturenames:
         handle = request.getfixturevalue("gpuperf")
-    timeout = get_option(request.config, "--gpuperf-dist-timeout")
+    timeout = get_option(request.config, "gpuperf_dist_timeout")
     return TorchrunRunner(request.node, handle, gpuperf_backend.name, timeout)
 
 

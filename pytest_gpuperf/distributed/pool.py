@@ -181,7 +181,7 @@ class RankPool:
                 if time.monotonic() > deadline:
                     raise PoolStartError(
                         f"{self.world_size} rank(s) did not connect within {timeout:.0f} s (raise "
-                        f"--gpuperf-dist-start-timeout if the machine is slow); {what}'s output:\n"
+                        f"the ini key gpuperf_dist_start_timeout if the machine is slow); {what}'s output:\n"
                         + self._start_evidence()
                     )
                 conn = listener.accept(0.2)

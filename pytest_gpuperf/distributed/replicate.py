@@ -19,12 +19,12 @@ API (call it while the test runs, from its call phase: its fixture values are sh
   or an environment variable) do not happen in the worker;
 * ``processes``: how many fresh processes run it, one after another (never in parallel: they would
   contend for the device). Each is a process that has **not run this test before** (it may have run
-  other tests: workers are kept and reused across tests, so ``--gpuperf-processes N`` costs N-1
+  other tests: workers are kept and reused across tests, so ``gpuperf_processes = N`` costs N-1
   process starts per session, not per test);
-* ``timeout``: seconds per run (default ``--gpuperf-dist-timeout``); a hung run comes back with
+* ``timeout``: seconds per run (default ``gpuperf_dist_timeout``); a hung run comes back with
   status ``"hung"`` and its stacks in ``error``, a worker that died with ``"died"`` and its last output.
 
-The worker measures with the pytest process's settings (``--gpuperf-max-time`` ...), the same
+The worker measures with the pytest process's settings (``gpuperf_max_time`` ...), the same
 ``GpuPerf.measure`` code and no lockstep, on the test's backend. Raises :class:`ReplicaError`
 (with the reason) when the test cannot be replicated at all: not under ``--gpuperf``, an
 argument that does not pickle, a distributed test, or a worker that did
@@ -209,7 +209,7 @@ def replica_pool(config: pytest.Config) -> ReplicaPool:
 
     pool = config.stash.get(REPLICAS_KEY, None)
     if pool is None:
-        pool = ReplicaPool(start_timeout=float(get_option(config, "--gpuperf-dist-start-timeout")))
+        pool = ReplicaPool(start_timeout=float(get_option(config, "gpuperf_dist_start_timeout")))
         config.stash[REPLICAS_KEY] = pool
     return pool
 
@@ -240,5 +240,5 @@ def run_in_fresh_processes(item: pytest.Item, processes: int = 1, *, timeout: fl
         task = task_for(item, backend, session.settings, lockstep=False)
     except TaskError as exc:
         raise ReplicaError(str(exc)) from None
-    limit = float(timeout if timeout is not None else get_option(item.config, "--gpuperf-dist-timeout"))
+    limit = float(timeout if timeout is not None else get_option(item.config, "gpuperf_dist_timeout"))
     return replica_pool(item.config).run(task, processes, limit)

@@ -199,7 +199,7 @@ class TorchrunRunner:
         if timed_out:
             pytest.fail(
                 f"{self.item.nodeid}: {path.name} on {nproc} rank(s) did not finish within {limit:g} s "
-                f"(pass timeout= to gpuperf_torchrun.run or raise --gpuperf-dist-timeout); the ranks' stacks and "
+                f"(pass timeout= to gpuperf_torchrun.run or raise gpuperf_dist_timeout); the ranks' stacks and "
                 f"output:\n{output[-OUTPUT_TAIL:]}",
                 pytrace=False,
             )

@@ -1,31 +1,45 @@
 """The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at.
 
-A power-capped GPU (the H200 at 700 W under a large GEMM) runs at an SM clock that depends on its
-temperature and on how long it idled before: 1410-1935 MHz were read across pytest processes for the
-same step. A step's time follows that clock only partly, ``t ~ f**-a`` with ``0 <= a <= 1`` (a bf16 GEMM
-read a = 0.2-0.5 on the H200, flash attention 0.3-0.5), and ``a`` is a property of the step. So each
-measurement fits ``a`` over its own samples and the SM clock read right before and after each of them
-(``clock_exponent`` +- ``clock_exponent_se``, stored with the baseline). When the run's clock differs from the
-baseline's by more than :data:`CLOCK_CHANGE`, the time change is read at both ends of the band both fits allow
-(:func:`exponent_band`): the change of the work lies between the two, and :func:`bracket` combines them. With no
-fit on either side the band is all of [0, 1]: time (a = 0) against cycles per step (a = 1). A memory-bound step
-follows the memory clock instead (fixed on the H200: 3201 MHz in every reading): its time is judged as it is,
-and a changed memory clock is the machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
+A power-capped GPU runs at an SM clock that depends on its temperature and on how long it idled before, so the
+same step can run at clocks hundreds of MHz apart in two processes. A step's time follows that clock only partly,
+``t ~ f**-a`` with ``0 <= a <= 1``, and ``a`` is a property of the step. So each measurement fits ``a`` over its
+own samples and the SM clock read right before and after each of them (``clock_exponent`` +-
+``clock_exponent_se``, stored with the baseline). When the run's clock differs from the baseline's by more than
+:data:`CLOCK_CHANGE` (:func:`clocks_differ`), the time change is read at both ends of the band both fits allow
+(:func:`exponent_band`, :func:`at_exponent`): the change of the work lies between the two, and :func:`bracket`
+combines them (:func:`across_band`). With no fit on either side the band is all of [0, 1]: time (a = 0) against
+cycles per step (a = 1). A memory-bound step follows the memory clock instead: its time is judged as it is, and a
+changed memory clock is the machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
 
+The same rules judge A/B round pairs whose two sides ran at different clocks (:mod:`pytest_gpuperf.ab.clocks`).
 Nothing is rescaled by another workload: the only clock used is each sample's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
+from pytest_gpuperf.judging.ratio_rule import worse_ratio
 from pytest_gpuperf.results import KIND_CYCLES, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.units import format_change
 from pytest_gpuperf.validate import number_or_none
 
-__all__ = ["AGREED", "CLOCK_CHANGE", "band_of", "bracket", "exponent_band", "follows_sm_clock", "on_cycles"]
+__all__ = [
+    "AGREED",
+    "CLOCK_CHANGE",
+    "across_band",
+    "at_exponent",
+    "band_of",
+    "band_words",
+    "bracket",
+    "clocks_differ",
+    "exponent_band",
+    "follows_sm_clock",
+    "on_cycles",
+]
 JUDGED = ("regression", "improvement", "unchanged")
 
 
@@ -39,10 +53,15 @@ def clocks(metric: Metric, entry: dict[str, Any] | None) -> tuple[float, float] 
     return (run, base) if run and base else None
 
 
+def clocks_differ(run_mhz: float, base_mhz: float) -> bool:
+    """True when an SM clock is more than :data:`CLOCK_CHANGE` off another: another GPU state, not the same."""
+    return abs(run_mhz / base_mhz - 1.0) > CLOCK_CHANGE
+
+
 def clock_changed(metric: Metric, entry: dict[str, Any] | None) -> bool:
     """True when the run's SM clock is more than :data:`CLOCK_CHANGE` off the baseline's."""
     pair = clocks(metric, entry)
-    return pair is not None and abs(pair[0] / pair[1] - 1.0) > CLOCK_CHANGE
+    return pair is not None and clocks_differ(*pair)
 
 
 def bracket(time_status: str, cycles_status: str) -> str | None:
@@ -89,6 +108,29 @@ def band_of(sides: list[dict[str, Any]]) -> tuple[float, float] | None:
     return min(max(min(lows), 0.0), 1.0), max(min(max(highs), 1.0), 0.0)
 
 
+def at_exponent(ratio: float, clock_ratio: float, exponent: float, better: str) -> float:
+    """The change of a step's work from its change of time (or throughput) ``ratio`` when its SM clock changed by
+    ``clock_ratio`` (run / baseline, B / A) and its time follows the clock as ``f**-exponent``."""
+    return ratio * worse_ratio(clock_ratio, better) ** exponent
+
+
+#: One end of the band: the work's change there and its status (None: the rule could not decide there).
+End = tuple[float, str | None]
+
+
+def across_band(band: tuple[float, float], judge_at: Callable[[float], End]) -> tuple[tuple[float, float], str | None]:
+    """Judge at both ends of the exponent ``band`` (``judge_at(a)``: the change and its status, None when it cannot
+    decide): the work's change, low to high, and :func:`bracket` of both ends (None: they disagree on a fail)."""
+    (low, status_low), (high, status_high) = (judge_at(a) for a in band)
+    status = bracket(status_low, status_high) if status_low and status_high else None
+    return (min(low, high), max(low, high)), status
+
+
+def band_words(band: tuple[float, float], changes: tuple[float, float]) -> tuple[str, str]:
+    """How the band reads in a message: the exponents and the work's change between them."""
+    return f"f^-{band[0]:.2f}..f^-{band[1]:.2f}", f"{format_change(changes[0])}..{format_change(changes[1])}"
+
+
 def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_mhz: float, where: str) -> Verdict:
     """The timing verdict judged at both ends of the clock-exponent band: the work changed by between the two."""
     from pytest_gpuperf.judging.compare import status_of
@@ -96,23 +138,20 @@ def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_m
     metric, tolerance = verdict.metric, verdict.tolerance or 0.0
     ratio = float(verdict.ratio or 1.0)
     low_ci, high_ci = verdict.ci or (ratio, ratio)
-    clock = run_mhz / base_mhz if metric.better == "lower" else base_mhz / run_mhz
-    ends = []
-    for a in band:
-        factor = clock**a  # what the moved clock did to this step's time, at this exponent
-        ends.append(
-            (ratio * factor, status_of(ratio * factor, low_ci * factor, high_ci * factor, metric.better, tolerance))
-        )
-    (work_low, status_low), (work_high, status_high) = ends
-    changes = sorted((work_low, work_high))
+
+    def judge_at(a: float) -> End:
+        work, low, high = (at_exponent(r, run_mhz / base_mhz, a, metric.better) for r in (ratio, low_ci, high_ci))
+        return work, status_of(work, low, high, metric.better, tolerance)
+
+    changes, status = across_band(band, judge_at)
+    exponents, changed = band_words(band, changes)
     evidence = (
         f"{metric.label()} {format_change(ratio)} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); "
-        f"its time follows the SM clock as f^-{band[0]:.2f}..f^-{band[1]:.2f} (fitted on each sample's own clock), "
-        f"so its work changed by {format_change(changes[0])}..{format_change(changes[1])}, tolerance {tolerance:.0%}"
+        f"its time follows the SM clock as {exponents} (fitted on each sample's own clock), "
+        f"so its work changed by {changed}, tolerance {tolerance:.0%}"
     )
     metric.extra["judged_on"] = "time+clock exponent"
     metric.extra["work_change"] = [round(c, 4) for c in changes]
-    status = bracket(status_low, status_high)
     if status is None:
         return replace(
             verdict,

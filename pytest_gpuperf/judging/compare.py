@@ -12,7 +12,8 @@
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * counted work (FLOPs, bytes per step): a change beyond counting noise fails, saying the workload changed
   (:mod:`pytest_gpuperf.judging.work`);
-* custom metrics: the point value against the tolerance in the metric's ``better`` direction.
+* custom metrics: the point value against the tolerance in the metric's ``better`` direction
+  (:mod:`pytest_gpuperf.judging.ratio_rule`, the rule the A/B judge shares).
 """
 
 from __future__ import annotations
@@ -21,15 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.results import (
-    KIND_CATEGORY,
-    KIND_MEMORY,
-    KIND_WORK,
-    MEMORY_SLACK_BYTES,
-    SAMPLED_KINDS,
-    Metric,
-    Verdict,
-)
+from pytest_gpuperf.judging.ratio_rule import point_status, value_ratio, within_memory_slack, worse_ratio
+from pytest_gpuperf.results import KIND_CATEGORY, KIND_WORK, SAMPLED_KINDS, Metric, Verdict
 from pytest_gpuperf.stats import judged_quantile
 from pytest_gpuperf.units import format_change, format_value
 
@@ -60,11 +54,6 @@ def ratio_of_quantiles(run: Sequence[float], base: Sequence[float], q: float, se
     low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
     point = float(np.quantile(run_arr, q) / np.quantile(base_arr, q))
     return RatioEstimate(point, float(low), float(high))
-
-
-def _worse_ratio(ratio: float, better: str) -> float:
-    """Express a ratio so that > 1 always means worse."""
-    return ratio if better == "lower" else 1.0 / ratio
 
 
 def _describe(metric: Metric, baseline_value: Any, ratio: float, tolerance: float, where: str, extra: str = "") -> str:
@@ -99,19 +88,9 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
     assert isinstance(metric.value, (int, float)) and isinstance(base_value, (int, float))
     if metric.kind in SAMPLED_KINDS:
         return _judge_samples(metric, entry, tolerance, where)
-    if base_value == 0:
-        ratio = 1.0 if metric.value == 0 else float("inf")
-    else:
-        ratio = float(metric.value) / float(base_value)
-    worse = _worse_ratio(ratio, metric.better) if ratio not in (0.0, float("inf")) else ratio
-    status = "unchanged"
-    if metric.better == "equal":
-        status = "unchanged" if abs(ratio - 1.0) <= tolerance else "regression"
-    elif worse > 1.0 + tolerance:
-        status = "regression"
-    elif worse < 1.0 / (1.0 + tolerance):
-        status = "improvement"
-    if metric.kind == KIND_MEMORY and abs(float(metric.value) - float(base_value)) <= MEMORY_SLACK_BYTES:
+    ratio = value_ratio(float(metric.value), float(base_value))
+    status = point_status(ratio, metric.better, tolerance)
+    if within_memory_slack(metric.kind, metric.value, base_value):
         status = "unchanged"
     message = _describe(metric, base_value, ratio, tolerance, where)
     hint = metric.extra.get("regression_hint")
@@ -121,13 +100,12 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
 
 
 def status_of(ratio: float, low: float, high: float, better: str, tolerance: float) -> str:
-    """regression / improvement / unchanged for one ratio estimate (point past tolerance, CI excludes 1)."""
-    worse = _worse_ratio(ratio, better)
-    worse_low, worse_high = sorted((_worse_ratio(low, better), _worse_ratio(high, better)))
-    if worse > 1.0 + tolerance and worse_low > 1.0:
-        return "regression"
-    if worse < 1.0 / (1.0 + tolerance) and worse_high < 1.0:
-        return "improvement"
+    """regression / improvement / unchanged for one ratio estimate: the point past the tolerance
+    (:func:`~pytest_gpuperf.judging.ratio_rule.point_status`) and its interval excluding "no change"."""
+    status = point_status(ratio, better, tolerance)
+    worse_low, worse_high = sorted((worse_ratio(low, better), worse_ratio(high, better)))
+    if (status == "regression" and worse_low > 1.0) or (status == "improvement" and worse_high < 1.0):
+        return status
     return "unchanged"
 
 

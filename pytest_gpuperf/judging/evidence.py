@@ -235,7 +235,7 @@ def disagreement_reason(
     record = (
         f"record it from more processes with: {update_command([node_id], processes=5)}"
         if node_id
-        else ("record it from more processes (--gpuperf-update --gpuperf-processes 5)")
+        else ("record it from more processes (--gpuperf-update -o gpuperf_processes=5)")
     )
     return (
         f"its confirmation in {where} measured {change} ({confirmation.status}), so the process's own speed varies "

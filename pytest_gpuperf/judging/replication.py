@@ -3,7 +3,7 @@
 Whole processes are fast or slow (memory layout, allocator state, autotuning): the same step's judged quantile
 can differ several-fold between fresh processes of one machine. So
 
-* ``--gpuperf-update`` with ``--gpuperf-processes N`` measures the test in this process and in N-1
+* ``--gpuperf-update`` with ``gpuperf_processes = N`` measures the test in this process and in N-1
   fresh ones, stores the median process's numbers and the **spread between processes**
   (``process_spread``), and the **minimum detectable change** (:func:`~pytest_gpuperf.stats.min_detectable_change`);
 * a suspected time regression is measured again in a fresh process before it fails the test: a
@@ -24,7 +24,7 @@ from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, 
 from pytest_gpuperf.units import format_change
 from pytest_gpuperf.validate import number_or_none
 
-#: Default processes per baseline under ``--gpuperf-update`` (``--gpuperf-processes 0``): host CPUs vary per process,
+#: Default processes per baseline under ``--gpuperf-update`` (``gpuperf_processes = 0``): host CPUs vary per process,
 #: and so does a power-capped GPU (its SM clock under the cap depends on its temperature), so a baseline from one
 #: process can sit at either end of that range.
 CPU_PROCESSES = 3
@@ -213,7 +213,7 @@ def second_look(judging: Looks, node_id: str, fresh: FreshRuns, where: str = "a 
     """After a test's first measurement: record it from more processes, or confirm a suspected regression.
 
     The run's sink decides which: under ``--gpuperf-update`` the recorder stores the baseline from
-    ``--gpuperf-processes`` runs in one speed state of the host (:func:`same_state`), the spread between them;
+    ``gpuperf_processes`` runs in one speed state of the host (:func:`same_state`), the spread between them;
     otherwise the gate measures a suspected time/throughput regression once more, and a run that disagrees makes
     the verdict inconclusive (:func:`reconcile`). Returns a warning when fewer processes than asked finished the
     test or some were left out, else None. ``fresh`` runs the test again (a replica process, or the script of a

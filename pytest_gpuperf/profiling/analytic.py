@@ -9,6 +9,7 @@ beats it, the share is reported as a counting error, never as a number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -86,51 +87,16 @@ def analytic_verdict(
     ``need_roofs`` False (no verdict of this run needs the bound class): roofs that are not known yet are not
     measured for it; the step gets no bound class then (``skipped`` says why).
     """
-    from pytest_gpuperf.profiling.roofline import (
-        HOST_CPU_HYSTERESIS,
-        HYSTERESIS,
-        classify,
-        default_latency_share,
-        device_busy_share,
-    )
-
     count, note = count_for(context)
     if count is None:
         return AnalyticResult(None, None, [], note)
     backend = context.handle.backend
     if not need_roofs and not provider.cached(backend, fingerprint, count.dtype):
         return AnalyticResult(count, None, [], skipped=ROOFS_NOT_NEEDED)
-    try:
-        roofs = provider.roofs(backend, fingerprint, count.dtype)
-    except (KeyError, TypeError) as exc:
-        why = f"no bound verdict: backend {backend.name} has no measured roofs ({type(exc).__name__}: {exc})"
-        if not backend.runs_torch and getattr(backend, "measure_roof", None) is None:
-            why += "; a backend that does not run torch measures its own with measure_roof(what, dtype_class, tries)"
+    roofs, why = _device_roofs(provider, backend, fingerprint, count.dtype)
+    if roofs is None:
         return AnalyticResult(count, None, [], why)
-    timing = context.timing
-    busy = None if backend.is_host_cpu() else device_busy_share(timing)
-    line_share = default_latency_share(backend.is_host_cpu()) if latency_share is None else latency_share
-
-    def classify_with(current: Any) -> Roofline:
-        return classify(
-            count.flops,
-            count.bytes,
-            step_seconds(timing),
-            current,
-            line_share,
-            baseline_bound,
-            # A host-CPU device's speed swings up to 2x with its neighbours' load: there the band is a factor of 2.
-            HOST_CPU_HYSTERESIS if backend.is_host_cpu() else HYSTERESIS,
-            count.working_set,
-            busy,
-            cold=getattr(timing, "method", "") == "l2_flush",
-        )
-
-    exact = count.flops_source == "FlopCounterMode" and count.flops > 0
-
-    def judge(current: Any) -> Roofline:  # the classification, told whether its FLOPs are exact
-        return replace(classify_with(current), exact_flops=exact)
-
+    judge = _classifier(count, context.timing, backend, latency_share, baseline_bound)
     line = judge(roofs)
     if line.over_roof:  # a roof measured during a busy moment is too low: measure it again, keep the best
         level = "compute" if line.compute_share >= line.bandwidth_share else line.level
@@ -139,6 +105,53 @@ def analytic_verdict(
             line = judge(refreshed)
             roofs = refreshed
     return AnalyticResult(count, line, verdict_metrics(context.name, count, line, roofs))
+
+
+def _device_roofs(provider: RoofProvider, backend: Any, fingerprint: dict[str, Any], dtype: str) -> tuple[Any, str]:
+    """The device's roofs for ``dtype``'s class, or None and why there are none."""
+    try:
+        return provider.roofs(backend, fingerprint, dtype), ""
+    except (KeyError, TypeError) as exc:
+        why = f"no bound verdict: backend {backend.name} has no measured roofs ({type(exc).__name__}: {exc})"
+        if not backend.runs_torch and getattr(backend, "measure_roof", None) is None:
+            why += "; a backend that does not run torch measures its own with measure_roof(what, dtype_class, tries)"
+        return None, why
+
+
+def _classifier(
+    count: StepCount, timing: Any, backend: Any, latency_share: float | None, baseline_bound: str | None
+) -> Callable[[Roofs], Roofline]:
+    """Classify the counted step against given roofs, at the device's latency line and hysteresis."""
+    from pytest_gpuperf.profiling.roofline import (
+        HOST_CPU_HYSTERESIS,
+        HYSTERESIS,
+        classify,
+        default_latency_share,
+        device_busy_share,
+    )
+
+    host = backend.is_host_cpu()
+    busy = None if host else device_busy_share(timing)
+    line_share = default_latency_share(host) if latency_share is None else latency_share
+    exact = count.flops_source == "FlopCounterMode" and count.flops > 0
+
+    def judge(roofs: Roofs) -> Roofline:
+        line = classify(
+            count.flops,
+            count.bytes,
+            step_seconds(timing),
+            roofs,
+            line_share,
+            baseline_bound,
+            # A host-CPU device's speed swings up to 2x with its neighbours' load: there the band is a factor of 2.
+            HOST_CPU_HYSTERESIS if host else HYSTERESIS,
+            count.working_set,
+            busy,
+            cold=getattr(timing, "method", "") == "l2_flush",
+        )
+        return replace(line, exact_flops=exact)  # the classification, told whether its FLOPs are exact
+
+    return judge
 
 
 def verdict_metrics(name: str, count: StepCount, line: Roofline, roofs: Roofs) -> list[Metric]:

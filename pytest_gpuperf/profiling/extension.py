@@ -132,7 +132,7 @@ class ProfilingExtension:
 
         It does when the class is recorded (``--gpuperf-update``), judged (the baseline holds one), asserted
         (``bound=``), compared with ncu's or shown with a trace, or when the roofs were asked to be measured
-        (``--gpuperf-recalibrate``), or when the process is told to (``GPUPERF_ROOFS=always``: an A/B worker,
+        (``gpuperf_recalibrate``), or when the process is told to (``GPUPERF_ROOFS=always``: an A/B worker,
         whose class the controller compares with the other side's). Otherwise cached roofs are used when there
         are some, and none are measured.
         """

@@ -196,8 +196,8 @@ def child_pytest_args(
     if inifile is not None and not any(a in ("-c", "--config-file") or a.startswith("-c") for a in parent_args):
         args += ["-c", str(inifile)]
     args += forwarded_options(parent_args)
-    args += ["--gpuperf-backend", backend, "--gpuperf-max-time", "0.05", "--gpuperf-min-samples", "1"]
-    args += ["--gpuperf-no-confirm", "--gpuperf-baselines", str(baselines_dir)]
+    args += ["--gpuperf-backend", backend, "-o", "gpuperf_max_time=0.05", "-o", "gpuperf_min_samples=1"]
+    args += ["-o", "gpuperf_no_confirm=true", "-o", f"gpuperf_baselines={baselines_dir}"]
     if xdist:
         args += ["-n", "0"]
     return args
@@ -370,7 +370,8 @@ class PendingSession:
         except subprocess.TimeoutExpired:
             self._stop()
             raise NcuUnavailable(
-                f"the ncu session of {len(self.tests)} test(s) ran past {timeout:.0f} s; raise --gpuperf-ncu-timeout"
+                f"the ncu session of {len(self.tests)} test(s) ran past {timeout:.0f} s; "
+                "raise the ini key gpuperf_ncu_timeout"
             ) from None
         finally:
             output = self._output()

@@ -17,7 +17,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 
-#: Speed-of-Light metrics captured per kernel (names checked with ncu 2025.3 on an H200).
+#: Speed-of-Light metrics captured per kernel (the names ncu 2025.3 uses).
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -69,7 +69,9 @@ class KernelRecord:
 
     id: int
     name: str
+    #: ``gpu__time_duration.sum`` in seconds.
     duration_s: float
+    #: Percent of peak: SM throughput, the busiest memory level (L1 to DRAM), DRAM alone.
     sm_pct: float
     memory_pct: float
     dram_pct: float
@@ -137,19 +139,25 @@ def _header_index(rows: list[list[str]], source: str) -> int:
     raise NcuParseError(f'{source}: no CSV header row starting with "ID"; was ncu run with --csv?')
 
 
-def parse_raw(text: str, source: str = "ncu output") -> list[KernelRecord]:
-    """Kernels of a ``--csv --page raw`` capture; needs the Speed-of-Light metrics in :data:`SOL_METRICS`."""
+def _table(text: str, source: str) -> tuple[list[str], list[list[str]], dict[str, int]]:
+    """The header row, the rows below it and each column's index of ncu's CSV (empty when there is no CSV)."""
     rows = csv_rows(text)
     if not rows:
-        return []
+        return [], [], {}
     start = _header_index(rows, source)
     header = rows[start]
-    body = rows[start + 1 :]
+    return header, rows[start + 1 :], {name: i for i, name in enumerate(header)}
+
+
+def parse_raw(text: str, source: str = "ncu output") -> list[KernelRecord]:
+    """Kernels of a ``--csv --page raw`` capture; needs the Speed-of-Light metrics in :data:`SOL_METRICS`."""
+    header, body, column = _table(text, source)
+    if not header:
+        return []
     units: list[str] = [""] * len(header)
     if body and body[0] and body[0][0] == "":
         units = body[0] + [""] * (len(header) - len(body[0]))
         body = body[1:]
-    column = {name: i for i, name in enumerate(header)}
     missing = [m for m in (SM_PCT, MEMORY_PCT, DURATION) if m not in column]
     if missing:
         raise NcuParseError(f"{source}: raw page lacks metric column(s) {missing}; capture with --metrics {SM_PCT},...")
@@ -169,18 +177,15 @@ def parse_raw(text: str, source: str = "ncu output") -> list[KernelRecord]:
 
 def parse_details(text: str, source: str = "ncu output") -> list[KernelRecord]:
     """Kernels of a ``--csv --page details`` capture with the SpeedOfLight section."""
-    rows = csv_rows(text)
-    if not rows:
+    header, body, column = _table(text, source)
+    if not header:
         return []
-    start = _header_index(rows, source)
-    header = rows[start]
-    column = {name: i for i, name in enumerate(header)}
     for needed in ("Section Name", "Metric Name", "Metric Unit", "Metric Value"):
         if needed not in column:
             raise NcuParseError(f"{source}: details page lacks column {needed!r}; capture with --page details")
     by_id: dict[str, tuple[list[str], dict[str, float]]] = {}
     width = column["Metric Value"] + 1  # rows without rule results stop after the metric value
-    for row in rows[start + 1 :]:
+    for row in body:
         if len(row) < width:
             continue
         key = (row[column["Section Name"]], row[column["Metric Name"]])

@@ -7,11 +7,11 @@ Rules, applied to a kernel's (or a step's duration-weighted) Speed-of-Light numb
 
 1. **latency-bound** when compute (SM) and memory throughput are both below 60% of peak:
    Nsight Compute's own rule (its SOL section then points to latency, not to a bound);
-2. **memory-bound** when SM < 25% and DRAM (HBM) > 75%: the seed article's table;
-3. **compute-bound** when SM > 75% and DRAM < 50%: the seed article's table;
-4. otherwise (the grey zone between the table's rows, where measured kernels often land:
-   PyTorch's LayerNorm on an H200 shows SM 78%, DRAM 51%), the unit nearer its peak
-   names the bound: SM% against memory% (memory% is the busiest memory level, L1 to DRAM).
+2. **memory-bound** when SM < 25% and DRAM (HBM) > 75%: the "seed table" (docs/roofline.md);
+3. **compute-bound** when SM > 75% and DRAM < 50%: the "seed table";
+4. otherwise (the grey zone between the table's rows, where many real kernels land), the
+   unit nearer its peak names the bound: SM% against memory% (memory% is the busiest memory
+   level, L1 to DRAM).
 
 The rule that decided is kept with the verdict so a report can show why.
 """
@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 #: ncu: both compute and memory below this percentage of peak -> latency issues.
 NCU_LATENCY_PCT = 60.0
-#: The seed's table: memory-bound kernels show SM below / HBM above these.
-SEED_MEMORY_SM_BELOW = 25.0
-SEED_MEMORY_DRAM_ABOVE = 75.0
-#: The seed's table: compute-bound kernels show SM above / HBM below these.
-SEED_COMPUTE_SM_ABOVE = 75.0
-SEED_COMPUTE_DRAM_BELOW = 50.0
+#: The seed table's memory row: memory-bound kernels show SM below / HBM above these.
+TABLE_MEMORY_SM_BELOW = 25.0
+TABLE_MEMORY_DRAM_ABOVE = 75.0
+#: The seed table's compute row: compute-bound kernels show SM above / HBM below these.
+TABLE_COMPUTE_SM_ABOVE = 75.0
+TABLE_COMPUTE_DRAM_BELOW = 50.0
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,11 @@ def classify_sol(sm_pct: float, memory_pct: float, dram_pct: float) -> SolVerdic
     if sm_pct < NCU_LATENCY_PCT and memory_pct < NCU_LATENCY_PCT:
         rule = f"ncu rule: SM and memory both < {NCU_LATENCY_PCT:.0f}% of peak"
         return SolVerdict(LATENCY_BOUND, sm_pct, memory_pct, dram_pct, rule)
-    if sm_pct < SEED_MEMORY_SM_BELOW and dram_pct > SEED_MEMORY_DRAM_ABOVE:
-        rule = f"seed table: SM < {SEED_MEMORY_SM_BELOW:.0f}% and DRAM > {SEED_MEMORY_DRAM_ABOVE:.0f}%"
+    if sm_pct < TABLE_MEMORY_SM_BELOW and dram_pct > TABLE_MEMORY_DRAM_ABOVE:
+        rule = f"seed table: SM < {TABLE_MEMORY_SM_BELOW:.0f}% and DRAM > {TABLE_MEMORY_DRAM_ABOVE:.0f}%"
         return SolVerdict(MEMORY_BOUND, sm_pct, memory_pct, dram_pct, rule)
-    if sm_pct > SEED_COMPUTE_SM_ABOVE and dram_pct < SEED_COMPUTE_DRAM_BELOW:
-        rule = f"seed table: SM > {SEED_COMPUTE_SM_ABOVE:.0f}% and DRAM < {SEED_COMPUTE_DRAM_BELOW:.0f}%"
+    if sm_pct > TABLE_COMPUTE_SM_ABOVE and dram_pct < TABLE_COMPUTE_DRAM_BELOW:
+        rule = f"seed table: SM > {TABLE_COMPUTE_SM_ABOVE:.0f}% and DRAM < {TABLE_COMPUTE_DRAM_BELOW:.0f}%"
         return SolVerdict(COMPUTE_BOUND, sm_pct, memory_pct, dram_pct, rule)
     if sm_pct >= memory_pct:
         return SolVerdict(COMPUTE_BOUND, sm_pct, memory_pct, dram_pct, "grey zone: SM% >= memory%")

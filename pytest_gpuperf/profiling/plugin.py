@@ -35,27 +35,27 @@ OPTIONS: list[tuple[Any, ...]] = [
     ("--gpuperf-profile", "bool", False, "write a torch.profiler Chrome trace of each measured step (with --gpuperf)"),
     ("--gpuperf-ncu", "bool", False, "re-run each measured step under Nsight Compute for its Speed-of-Light verdict"),
     (
-        "--gpuperf-artifacts",
+        "gpuperf_artifacts",
         "str",
         "gpuperf-artifacts",
         "directory for traces and ncu CSVs, relative to the rootdir",
         {"metavar": "DIR"},
     ),
     (
-        "--gpuperf-latency-share",
+        "gpuperf_latency_share",
         "str",
         "auto",
         "a step below this share of its roof is latency-bound: 0..1, or auto (0.66 on GPUs, calibrated against "
         "ncu; 0.3 on host CPUs)",
         {"metavar": "SHARE"},
     ),
-    ("--gpuperf-recalibrate", "bool", False, "measure the device's peak FLOP/s and bandwidth again (ignore the cache)"),
+    ("gpuperf_recalibrate", "bool", False, "measure the device's peak FLOP/s and bandwidth again (ignore the cache)"),
     (
-        "--gpuperf-ncu-timeout",
+        "gpuperf_ncu_timeout",
         "float",
         300.0,
         "seconds one ncu capture of a test may take before it is skipped",
-        {"above": 0},
+        {"above": 0, "section": "timeouts"},
     ),
 ]
 MARKERS = (
@@ -66,7 +66,7 @@ EXTENSION_KEY = pytest.StashKey["ProfilingExtension"]()
 
 
 def latency_share_option(text: str) -> float | None:
-    """``--gpuperf-latency-share``: ``auto`` -> None (each device's calibrated default), else a share in 0..1."""
+    """``gpuperf_latency_share``: ``auto`` -> None (each device's calibrated default), else a share in 0..1."""
     if str(text).strip().lower() == "auto":
         return None
     try:
@@ -74,15 +74,13 @@ def latency_share_option(text: str) -> float | None:
     except ValueError:
         share = float("nan")
     if not 0.0 <= share <= 1.0:  # also NaN
-        raise pytest.UsageError(
-            f"--gpuperf-latency-share / gpuperf_latency_share: expected auto or a share in 0..1, got {text!r}"
-        )
+        raise pytest.UsageError(f"gpuperf_latency_share: expected auto or a share in 0..1, got {text!r}")
     return share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the profiling flags and their ini twins."""
-    add_options(parser, OPTIONS)
+    """Register the profiling flags and ini keys."""
+    add_options(parser, OPTIONS, "profiling")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,16 +102,16 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
     from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
 
-    artifacts = Path(get_option(config, "--gpuperf-artifacts"))
+    artifacts = Path(get_option(config, "gpuperf_artifacts"))
     if not artifacts.is_absolute():
         artifacts = config.rootpath / artifacts
-    share = latency_share_option(get_option(config, "--gpuperf-latency-share"))
+    share = latency_share_option(get_option(config, "gpuperf_latency_share"))
     settings = ProfilingSettings(
         profile=get_option(config, "--gpuperf-profile"),
         ncu=get_option(config, "--gpuperf-ncu"),
         artifacts_dir=artifacts,
         latency_share=share,
-        ncu_timeout=get_option(config, "--gpuperf-ncu-timeout"),
+        ncu_timeout=get_option(config, "gpuperf_ncu_timeout"),
         rootdir=config.rootpath,
         xdist=config.pluginmanager.hasplugin("xdist"),
         xdist_worker=hasattr(config, "workerinput"),
@@ -123,7 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
         roofs_always=os.environ.get(ROOFS_ENV, "") == "always",
     )
     store = RoofStore(getattr(config, "cache", None))
-    roofs = RoofProvider(store, get_option(config, "--gpuperf-recalibrate"))
+    roofs = RoofProvider(store, get_option(config, "gpuperf_recalibrate"))
     extension = ProfilingExtension(settings, roofs)
     config.pluginmanager.register(extension, "gpuperf-profiling")
     config.stash[EXTENSION_KEY] = extension

@@ -23,13 +23,11 @@ size (GPU L2, CPU LLC).
 3. **latency-bound** when that share is below ``latency_share``: by default
    :data:`DEFAULT_LATENCY_SHARE` (66%) on GPUs, :data:`HOST_CPU_LATENCY_SHARE` (30%) on
    host-CPU devices (:func:`default_latency_share`). The GPU line is ncu's rule (SM and
-   memory both below 60% of *peak*) moved onto our *measured* roofs: on the H200 ncu's DRAM
-   peak is ~4.83 TB/s (an add at 4.46 TB/s read as DRAM 91.7%) and our best-pattern DRAM roof
-   ~4.37 TB/s, so 60% of ncu's peak is 0.60 * 4.83 / 4.37 = 66% of ours; on the compute side
-   ncu's SM% ran at 0.87-0.99 of our compute share (60% SM ~ 61-69%). Against ncu on 20 ops
-   it agrees on 15 (13 at the old 30%; docs/roofline.md has the table and the sweep). The
-   host-CPU line stays at 30%: there is no ncu to calibrate it against, and a CPU's speed
-   swings with its neighbours' load;
+   memory both below 60% of *peak*) moved onto our *measured* roofs: ncu's DRAM peak sits
+   above the best-pattern DRAM roof we measure, so 60% of ncu's peak is about 66% of ours
+   (the calibration against ncu: docs/roofline.md, docs/PERFORMANCE.md). The host-CPU line
+   stays at 30%: there is no ncu to calibrate it against, and a CPU's speed swings with its
+   neighbours' load;
 4. otherwise **compute-bound** when ``AI >= P / W`` (the ridge), else **memory-bound**.
 
 A share above 100% is impossible: the report flags it as a **counting error** (the
@@ -194,7 +192,7 @@ class Roofline:
                 f"above the measured roof: the counted FLOPs give {self.roof_share:.0%} of the measured compute roof; "
                 "FlopCounterMode counts this step's FLOPs exactly (never more than ran), so the roof reads low: it "
                 "was measured while the machine was busier than during the step, or the step takes a faster path "
-                "than the roof's probe (measure the roofs again on a quiet machine: --gpuperf-recalibrate)"
+                "than the roof's probe (measure the roofs again on a quiet machine: -o gpuperf_recalibrate=true)"
             )
         if self.roof_share <= 1.0 + AT_ROOF_NOISE:
             return (

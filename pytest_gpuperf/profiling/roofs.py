@@ -10,20 +10,20 @@ backends use the workloads here:
 * **DRAM**: the best of three streaming patterns far larger than the caches (1 GiB per
   tensor on GPUs, 128 MiB on the CPU): a copy ``dst.copy_(src)`` (one read + one write), an
   add ``torch.add(a, b, out=c)`` (two reads + one write) and a read-only reduction
-  ``x.sum()``; a copy alone is not the fastest DRAM pattern (on the H200 an add of 2^28 bf16
-  reached 4.36 TB/s against a 4.23 TB/s copy), so real kernels would beat a copy roof;
+  ``x.sum()``; a copy alone is not always the fastest DRAM pattern (on a GPU an add can beat
+  it), so real kernels would beat a copy roof;
 * **cache**: the best of a copy and a read-only sum over a quarter and a half of the
   last-level cache (GPU L2 from the device properties, CPU LLC from ``/sys/devices/system/cpu``),
   many calls in a row so the data stays resident; on CUDA the calls are replayed from one CUDA
   graph, because an eager ``copy_`` of a few MiB is shorter than its launch, and a roof timed
-  eagerly measures the launch rate (it read below the DRAM roof on the H200 and was dropped).
+  eagerly measures the launch rate, which can read below the DRAM roof.
 
 Every calibration is the best of :data:`TRIES` timed tries, with the CPU thread count and
 clock the timing loop measures CPU steps with. Results are kept in
 pytest's cache (``config.cache``, under ``.pytest_cache/``, which pytest keeps out of
 git) per hardware fingerprint (plus CPU threads): :mod:`.roof_store`. A roof a step beats is re-measured
 once per session (:meth:`RoofProvider.refresh`) and the best of old and new is kept,
-so a roof measured during a busy moment heals itself; ``--gpuperf-recalibrate``
+so a roof measured during a busy moment heals itself; ``gpuperf_recalibrate``
 measures everything again.
 """
 
@@ -254,7 +254,7 @@ def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[s
         return custom(what, cls, tries)
     if not backend.runs_torch:
         return None
-    if backend.name == "cpu":  # with the thread count CPU steps are measured with (--gpuperf-cpu-threads)
+    if backend.name == "cpu":  # with the thread count CPU steps are measured with (gpuperf_cpu_threads)
         from pytest_gpuperf.backends.cpu_threads import effective, measuring_threads
 
         with measuring_threads(effective()):

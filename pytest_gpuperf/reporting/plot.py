@@ -1,4 +1,4 @@
-"""``--gpuperf-plot DIR``: one roofline PNG per run and device (matplotlib, the optional extra ``plot``).
+"""``gpuperf_plot = DIR``: one roofline PNG per run and device (matplotlib, the optional extra ``plot``).
 
 Each timed step with known FLOPs and bytes is a point at (arithmetic intensity,
 achieved FLOP/s), drawn under the device's *measured* roofs. Where the numbers come from,

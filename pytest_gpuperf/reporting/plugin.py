@@ -1,7 +1,7 @@
 """pytest hooks of the reporting feature; imported at start-up, so nothing heavy at module level.
 
 * ``--gpuperf-json PATH``, ``--gpuperf-markdown PATH`` (and ``$GITHUB_STEP_SUMMARY``),
-  ``--gpuperf-plot DIR``: written by the controller at the end of a ``--gpuperf`` run from
+  ``gpuperf_plot = DIR``: written by the controller at the end of a ``--gpuperf`` run from
   every test's report (so also from pytest-xdist workers' results);
 * under ``--gpuperf-baseline-ref REF`` (:mod:`pytest_gpuperf.baselines.plugin`) the reports list
   the entries the working tree changes against the ref.
@@ -39,9 +39,9 @@ REPORTING_OPTIONS: list[tuple[Any, ...]] = [
         "write a Markdown PR summary to this file; also appended to $GITHUB_STEP_SUMMARY when that is set",
         {"metavar": "PATH"},
     ),
-    ("--gpuperf-no-step-summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
+    ("gpuperf_no_step_summary", "bool", False, "do not append the Markdown summary to $GITHUB_STEP_SUMMARY"),
     (
-        "--gpuperf-plot",
+        "gpuperf_plot",
         "str",
         "",
         "write one roofline PNG per device into this folder (needs matplotlib)",
@@ -53,8 +53,8 @@ COLLECTOR_NAME = "gpuperf-reporting"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the reporting flags and their ini twins."""
-    add_options(parser, REPORTING_OPTIONS)
+    """Register the reporting flags and ini keys."""
+    add_options(parser, REPORTING_OPTIONS, "reports")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -113,7 +113,7 @@ class ReportCollector:
         gp_session = self.config.stash.get(SESSION_KEY, None)
         self.baseline_ref = ref_changes(self.config)
         json_path, md_path, plot_dir = (
-            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "--gpuperf-plot")
+            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "gpuperf_plot")
         )
         artifacts: dict[str, Any] = {}
         if plot_dir is not None:
@@ -132,7 +132,7 @@ class ReportCollector:
             write_json(json_path, document)
             self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if get_option(self.config, "--gpuperf-no-step-summary"):
+        if get_option(self.config, "gpuperf_no_step_summary"):
             summary_path = None
         if md_path is None and not summary_path:
             return
@@ -156,7 +156,7 @@ class ReportCollector:
         try:
             written, notes = write_rooflines(records, directory, root, label)
         except PlotUnavailable as exc:
-            self.lines.append(f"--gpuperf-plot {self._display(directory)}: {exc}")
+            self.lines.append(f"gpuperf_plot {self._display(directory)}: {exc}")
             return []
         self.lines += notes
         self.lines += [f"roofline plot: {self._display(p)}" for p in written]

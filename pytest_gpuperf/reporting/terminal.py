@@ -195,7 +195,7 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
     if budget:
         tr.write_line(
             f"note: the time budget ran out before the target precision in {len(budget)} test(s) "
-            "(raise --gpuperf-max-time for a tighter estimate)"
+            "(raise the ini key gpuperf_max_time for a tighter estimate)"
         )
     for path, data in sorted(fingerprints.items()):
         changes = data.get("software_changes") or []

@@ -1,10 +1,10 @@
 """The host CPU's speed class: a fixed calibration kernel measured once per process, stored with each baseline.
 
-A fingerprint's model name does not tell two VMs of one kind apart: on this project's 2-core CI VMs the
-same unchanged perf suite read about half the committed speed on a fresh machine, and every time verdict
-failed. So each process that judges or records host-CPU timings first times a **fixed, pure-compute torch
-kernel** (:data:`KERNEL`: a 128 x 128 fp32 matmul on one thread, :data:`CALLS` calls per repeat,
-:data:`REPEATS` repeats, about 0.15-0.3 s) before any test runs, and keeps
+A fingerprint's model name does not tell two VMs of one kind apart: an unchanged perf suite can read half
+the committed speed on a fresh VM of the same kind, and every time verdict would fail. So each process that
+judges or records host-CPU timings first times a **fixed, pure-compute torch kernel** (:data:`KERNEL`: a
+128 x 128 fp32 matmul on one thread, :data:`CALLS` calls per repeat, :data:`REPEATS` repeats, a fraction of a
+second) before any test runs, and keeps
 
 * ``calibration``: the :data:`QUANTILE` quantile of its seconds per call (a low quantile: a repeat slowed
   by a neighbour or by the VM's slower moments only ever reads slower), and
@@ -83,7 +83,7 @@ def measure_calibration(repeats: int = REPEATS, calls: int = CALLS, size: int = 
     """Time the fixed kernel (one torch thread, random inputs, a preallocated output) and summarize it."""
     import torch
 
-    from pytest_gpuperf.backends.cpu_threads import measuring_threads
+    from pytest_gpuperf.timing.threads import measuring_threads
 
     started = time.perf_counter()
     generator = torch.Generator(device="cpu").manual_seed(20261201)

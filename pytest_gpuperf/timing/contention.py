@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from pytest_gpuperf.stats import median
 
@@ -81,7 +80,7 @@ class ContentionGuard:
 
     ``read_wait`` returns the thread's cumulated run-queue wait in ns (None: unknown), ``clock_ns`` the wall
     clock in ns; both are injectable for tests. ``max_retakes`` bounds the retakes of the whole run and
-    ``may_retake`` (the loop's budget) can refuse one.
+    ``may_retake`` (the loop's budget) can refuse one. An instrument: its facts are its summary at exit.
     """
 
     read_wait: Callable[[], int | None] = field(default_factory=thread_wait_reader)
@@ -93,6 +92,9 @@ class ContentionGuard:
     shares: list[float] = field(default_factory=list)
     pressures: list[float] = field(default_factory=list)
     available: bool = True
+    #: Its name among a timing record's instruments.
+    name: ClassVar[str] = INSTRUMENT
+    _facts: dict[str, object] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.available = self.read_wait() is not None
@@ -124,13 +126,15 @@ class ContentionGuard:
             self.shares.append(share)
             return value
 
-    @contextmanager
-    def recording(self, record: Any) -> Iterator[ContentionGuard]:
-        """Guard a measurement and write its :meth:`summary` into the record's instruments when it ends."""
-        try:
-            yield self
-        finally:
-            record.instruments[INSTRUMENT] = self.summary()
+    def __enter__(self) -> ContentionGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._facts = self.summary()
+
+    def facts(self) -> dict[str, object]:
+        """The :meth:`summary` taken when the guarded measurement ended (instrument contract)."""
+        return self._facts if self._facts is not None else self.summary()
 
     def summary(self) -> dict[str, object]:
         """What the guard saw: retakes, contended samples kept, wait shares, CPU pressure, the overall flag."""

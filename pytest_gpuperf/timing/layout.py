@@ -1,20 +1,15 @@
 """Shift the heap between the samples of a host-CPU step, so that no process is stuck in one buffer layout.
 
 glibc places a step's temporaries where the heap's history puts them, and they stay there for the life of the
-process: the same freed chunks come back call after call. Measured on this project's 2-core AMD EPYC VM
-(``docs/PERFORMANCE.md``, "a 7x process effect"): ``(x * 2.0 + 1.0).relu() * x`` over 2^18 fp32 on one thread ran
-890-1205 us per call in the processes where the allocator put an output 64 bytes after its input modulo 4 KiB
-(the vectorised loop's loads alias its stores in the low 12 address bits: 4K aliasing) and 116-119 us in the
-others, about half each. A whole process landed in one mode, so a baseline's processes spread 84-634% and its
-time verdicts could never decide.
+process: the same freed chunks come back call after call. When that layout puts an output a few bytes after its
+input modulo 4 KiB, a vectorised loop's loads alias its stores in the low 12 address bits (4K aliasing) and the
+whole process runs several times slower, so a baseline's processes would spread past any tolerance
+(``docs/PERFORMANCE.md`` has the figures).
 
 :func:`shifted` allocates a spacer of random size (a multiple of 64 B below 2 MiB) before each sample and
-frees it after, so the step's temporaries land at other offsets from one sample to the next: in 8 fresh
-processes every one then had at most 4 of 20 batches of calls in the slow layout (per-process 10th percentile
-of the batch medians 115-137 us), where 2 of 6 unshifted processes had only slow ones. The judged statistic, the
-20% quantile of the samples, then reads the same layout mix in every process. In the plugin, 5-process
-recordings of that step and of a layernorm + softmax spread 6-583% (one process of 15 still slow) and 8-29%,
-against 652-698% and 422-488% unshifted. The spacer is made outside the timed calls.
+frees it after, so the step's temporaries land at other offsets from one sample to the next, and the judged
+statistic (a low quantile of the samples) reads the same layout mix in every process. The spacer is made outside
+the timed calls. :class:`HeapLayout` is the instrument the CPU sampler enters around its samples.
 """
 
 from __future__ import annotations
@@ -22,6 +17,8 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable
+
+from pytest_gpuperf.timing.record import LAYOUT
 
 #: Spacer sizes: a whole number of 64-byte lines, uniform below 2 MiB.
 LINE, MAX_SPACER = 64, 2 << 20
@@ -58,11 +55,10 @@ def steady_heap() -> bool:
     """Put glibc's malloc in the state a long-running process reaches by itself; True when it could (once).
 
     glibc serves an allocation above its mmap threshold (128 KiB at start) with fresh pages and raises the
-    threshold when such a block is freed, up to 32 MiB; whether a step's 8 MiB temporaries come from reused heap or
-    from fresh, zeroed pages (2048 page faults each) depends on what the process freed before. The perf suite's
-    layernorm + softmax over 2048 x 1024 fp32 read 655 krows/s in some processes and 188 in others, and a
-    recording's processes spread 487%. Fixing both thresholds gives every measuring process the heap reuse a
-    training loop settles into. A no-op where the C library has no ``mallopt`` (macOS, musl).
+    threshold when such a block is freed, up to 32 MiB; whether a step's large temporaries come from reused heap or
+    from fresh, zeroed pages then depends on what the process freed before, and processes differ by several times.
+    Fixing both thresholds gives every measuring process the heap reuse a training loop settles into. A no-op where
+    the C library has no ``mallopt`` (macOS, musl).
     """
     import ctypes
     import ctypes.util
@@ -74,3 +70,29 @@ def steady_heap() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD))
+
+
+class HeapLayout:
+    """Instrument of a CPU sampler: fixes glibc's heap thresholds on entry (:func:`steady_heap`), shifts the heap
+    around each sample (:meth:`shifted`), and reports both."""
+
+    name = LAYOUT
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self.heap_steady = False
+
+    def __enter__(self) -> HeapLayout:
+        self.heap_steady = steady_heap()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def shifted(self, take: Callable[[], float]) -> Callable[[], float]:
+        """``take`` with a spacer held around each call (:func:`shifted`)."""
+        return shifted(take, self.seed)
+
+    def facts(self) -> dict[str, object]:
+        """The heap was shifted between samples; whether its thresholds were fixed."""
+        return {"layout_shifted": True, "heap_steady": self.heap_steady}

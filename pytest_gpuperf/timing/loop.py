@@ -13,14 +13,15 @@ longer than the budget is still made, so a slow step costs about two calls):
    :class:`~pytest_gpuperf.timing.contention.ContentionGuard`; its summary goes into the record's instruments
    (``TimingResult.contention``).
    On the CPU a spacer of random size is held around each sample (:mod:`pytest_gpuperf.timing.layout`), so the
-   step's buffers do not keep one layout (4K aliasing made whole processes 7x slower) for the whole process.
-   Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's
-   :class:`~pytest_gpuperf.decision.StopRule` says more samples would not change the verdict), ``precise``
+   step's buffers do not keep one layout (4K aliasing can slow a whole process several times) for the process.
+   Sampling stops at the first of (``TimingResult.stop``): ``decided`` (the baseline's stop rule,
+   :mod:`pytest_gpuperf.judging.stop_rule`, says more samples would not change the verdict), ``precise``
    (no baseline; the judged quantile's 95% half-width is below ``target_precision``), ``max_samples``, or
    ``budget`` (``budget_exhausted`` when undecided) -- but never before :data:`MIN_SAMPLES_FLOOR` samples
    unless one sample is a third of the budget.
 
-How the judged samples are timed (``TimingResult.method``):
+How the judged samples are timed (``TimingResult.method``) is the backend's sampler's
+(``Backend.sampler``, :mod:`pytest_gpuperf.timing.samplers`):
 
 * ``thread_cpu``: the CPU backend with one intra-op thread (the default, ``cpu_threads``): the calling
   thread's CPU time, so slices the scheduler gave to other processes are not counted;
@@ -34,8 +35,11 @@ How the judged samples are timed (``TimingResult.method``):
 With ``lockstep`` (the distributed lockstep loop, where every rank must make the same calls) the
 warm-up is exactly ``min_warmup_calls`` calls, no sample is retaken and no profiler is started.
 
-The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``). The record
-is filled inside this package only (the loop, its stop criterion, the instruments) and returned finished: read-only.
+Instruments (``Backend.instruments`` over the whole measurement: the CPU threads; then the contention guard and the
+sampler's own around the samples: the heap layout, NVML's clocks, the power warm-up) are entered through one
+``ExitStack``; after they exit, the record is built once from the samples, the stop reason and their facts
+(:func:`~pytest_gpuperf.timing.record.build_record`) and returned finished: read-only.
+The judged statistic is the :data:`STAT_QUANTILE` quantile of the samples (``TimingResult.typical``).
 """
 
 from __future__ import annotations
@@ -43,10 +47,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401
 from pytest_gpuperf.timing.contention import ContentionGuard, thread_wait_reader
+from pytest_gpuperf.timing.record import build_record
+from pytest_gpuperf.timing.samplers import blocking_note, thread_time_block  # noqa: F401 (re-exported)
 from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loop's public vocabulary)
     BLOCKING_SHARE,
     CPU_CLOCKS,
@@ -66,32 +73,7 @@ from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loo
 from pytest_gpuperf.timing.warmup import WarmupResult, iters_for, warm_up
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.backends.base import Backend
-
-TimeBlock = Callable[[Callable[[], object], int], float]
-
-
-def thread_time_block(step: Callable[[], object], iters: int) -> float:
-    """CPU seconds the calling thread spent in ``iters`` calls (time other processes took is not counted)."""
-    start = time.thread_time()
-    for _ in range(iters):
-        step()
-    return time.thread_time() - start
-
-
-def block_timer(backend: Backend, config: MeasureConfig) -> tuple[TimeBlock, str]:
-    """The clock of the loop: the backend's ``time_block``, or the thread's CPU time on a one-thread CPU.
-
-    On a CPU shared with other jobs, wall time counts the slices the scheduler gave
-    to them; with one intra-op thread every op of the step runs in the calling
-    thread, so its CPU time is the step's own cost (``cpu_clock``: auto, thread, wall).
-    """
-    if backend.name == "cpu" and config.cpu_clock != "wall":
-        import torch
-
-        if config.cpu_clock == "thread" or torch.get_num_threads() == 1:
-            return thread_time_block, "thread_cpu"
-    return backend.time_block, "events"
+    from pytest_gpuperf.timing.samplers import Sampler, TimedBackend
 
 
 def new_guard(config: MeasureConfig) -> ContentionGuard:
@@ -99,107 +81,53 @@ def new_guard(config: MeasureConfig) -> ContentionGuard:
     return ContentionGuard(limit=config.wait_share_limit, max_retakes=0 if counted(config) else config.min_samples)
 
 
-def _warm(backend: Backend, step: Callable[[], object], config: MeasureConfig, timer: TimeBlock) -> WarmupResult:
-    min_time = ramp_in_warmup(backend.name, config)
+def _warm(sampler: Sampler, step: Callable[[], object], config: MeasureConfig) -> WarmupResult:
+    min_time = sampler.warmup_seconds(config)
     budget = math.inf if counted(config) else max(min_time, config.warmup_share * config.max_time)
     return warm_up(
-        lambda: timer(step, 1),
+        lambda: sampler.time_calls(step, 1),
         min_time=min_time,
         min_calls=max(config.min_warmup_calls, config.warmup_calls),
         budget=budget,
         tolerance=config.settle_tolerance,
-        cpu_now=time.thread_time if backend.name == "cpu" else None,
+        cpu_now=sampler.cpu_now,
         wait_ns=thread_wait_reader(),
         fixed_calls=config.min_warmup_calls if counted(config) else None,
     )
 
 
-def blocking_note(cpu_share: float) -> str:
-    """The ``method_note`` of a CPU step timed by the wall clock because it blocks."""
-    return (
-        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time "
-        "(sleep, I/O, worker threads or a collective); timed by the wall clock, which counts the waiting"
-    )
+def plan_sampling(
+    config: MeasureConfig, stop_rule: StopCheck | None, started: float, warm: WarmupResult, per_call: float
+) -> SamplingPlan:
+    """The samples' plan after the warm-up: calls per sample, deadline, floor and a new contention guard."""
+    iters = iters_for(per_call, warm.wall_per_call, config.min_sample_time)
+    deadline = math.inf if counted(config) else started + config.max_time
+    floor = sample_floor(config, max(per_call, warm.wall_per_call) * iters)
+    note = ""
+    if floor == 1:
+        note = f"one call ({warm.wall_per_call:.3g} s) is over a third of the {config.max_time:g} s budget"
+    return SamplingPlan(config, stop_rule, deadline, floor, new_guard(config), iters, warm, per_call, note)
 
 
 def measure_time(
-    backend: Backend,
+    backend: TimedBackend,
     step: Callable[[], object],
     config: MeasureConfig,
     stop_rule: StopCheck | None = None,
 ) -> TimingResult:
-    """Warm up until steady, then sample ``step`` within ``config.max_time`` (see the module doc).
+    """Warm up until steady, then sample ``step`` within ``config.max_time`` with the backend's sampler (module doc).
 
     ``stop_rule`` (built from the baseline and tolerance) ends sampling as soon as the verdict is clear;
     without it sampling stops at ``target_precision``.
     """
-    from pytest_gpuperf.backends.cpu_threads import measuring_threads
-
     started = time.perf_counter()
-    threads = config.cpu_threads if backend.name == "cpu" else 0
-    with measuring_threads(threads) as running:
-        result = _measure(backend, step, config, stop_rule, started)
-        if backend.name == "cpu":
-            result.cpu_threads = running
-    return result.finish(time.perf_counter() - started)
-
-
-def _measure(
-    backend: Backend, step: Callable[[], object], config: MeasureConfig, stop_rule: StopCheck | None, started: float
-) -> TimingResult:
-    timer, clock = block_timer(backend, config)
-    warm = _warm(backend, step, config, timer)
-    result = TimingResult(samples=[], method=clock, warmup=warm)
-    per_call = warm.per_call
-    if clock == "thread_cpu" and warm.cpu_share is not None and warm.cpu_share < BLOCKING_SHARE:
-        if config.cpu_clock == "auto":
-            timer, result.method, per_call = backend.time_block, "wall", 0.0
-            result.method_note = blocking_note(warm.cpu_share)
-        else:
-            result.method_note = (
-                f"the step blocks (its thread computed for {warm.cpu_share:.1%} of the wall time) but "
-                "--gpuperf-cpu-clock=thread counts only its CPU time: waiting is not in these numbers"
-            )
-    iters = iters_for(per_call, warm.wall_per_call, config.min_sample_time)
-    result.iters_per_sample = iters
-    deadline = math.inf if counted(config) else started + config.max_time
-    floor = sample_floor(config, max(per_call, warm.wall_per_call) * iters)
-    if floor == 1:
-        note = f"one call ({warm.wall_per_call:.3g} s) is over a third of the {config.max_time:g} s budget"
-        result.method_note = "; ".join(filter(None, [result.method_note, note]))
-    with new_guard(config).recording(result) as guard:
-        if config.l2_flush and backend.runs_torch:
-            from pytest_gpuperf.timing.l2_flush import L2Flusher, time_flushed
-
-            flusher = L2Flusher(backend.device())
-            flusher()
-            flush_seconds = backend.time_block(
-                flusher, 1
-            )  # each flushed call costs its flush too: size samples by both
-            iters = iters_for(per_call + flush_seconds, warm.wall_per_call + flush_seconds, config.min_sample_time)
-            result.method, result.iters_per_sample = "l2_flush", iters
-            sample_loop(
-                lambda: time_flushed(timer, step, iters, flusher) / iters,
-                result,
-                config,
-                stop_rule,
-                deadline,
-                floor,
-                guard,
-            )
-        elif backend.name == "cuda":
-            from pytest_gpuperf.timing.cuda.device_time import measure_device_time
-
-            measure_device_time(backend, step, result, SamplingPlan(config, stop_rule, deadline, floor, guard), warm)
-        else:
-
-            def take() -> float:
-                return timer(step, iters) / iters
-
-            if backend.name == "cpu" and config.shift_layout:
-                from pytest_gpuperf.timing.layout import shifted, steady_heap
-
-                take = shifted(take)
-                result.instruments[LAYOUT] = {"layout_shifted": True, "heap_steady": steady_heap()}
-            sample_loop(take, result, config, stop_rule, deadline, floor, guard)
-    return result
+    with ExitStack() as stack:
+        instruments = [stack.enter_context(instrument) for instrument in backend.instruments(config)]
+        sampler = backend.sampler(config)  # inside the backend's instruments: the CPU's clock reads its threads
+        warm = _warm(sampler, step, config)
+        sampler, per_call, settle_note = sampler.settle(warm, config)
+        plan = plan_sampling(config, stop_rule, started, warm, per_call)
+        instruments += [stack.enter_context(instrument) for instrument in (plan.guard, *sampler.instruments())]
+        taken = sampler.sample(step, plan)
+    record = build_record(taken, warm, [settle_note, plan.note], instruments)
+    return record.finish(time.perf_counter() - started)

@@ -2,8 +2,8 @@
 
 First calls of a step pay one-time costs (lazy initialisation, autotuning, the
 allocator mapping fresh pages, a GPU ramping up its clock); a fixed warm-up can
-end inside that phase (``x * 2`` on 64K floats took 8 ms per call for its first
-~100 calls of a process on a small VM, then 4.5 us). :func:`warm_up` times each
+end inside that phase (an elementwise op can run a thousand times slower for its
+first hundred calls of a process). :func:`warm_up` times each
 call and stops once the median of the latest window of calls is within
 ``tolerance`` of the window before it (windows grow with the number of calls, so
 a slow drift is judged over more calls), after at least ``min_time`` and
@@ -90,38 +90,69 @@ def warm_up(
     start = now()
     cpu0 = cpu_now() if cpu_now else None
     wait0 = wait_ns() if wait_ns else None
-    min_time = min(min_time, budget)
-    while fixed_calls is not None:
+    if fixed_calls is not None:
+        _fixed(result, time_call, fixed_calls, tolerance)
+    else:
+        _until_steady(result, time_call, start, now, min(min_time, budget), min_calls, budget, tolerance)
+    result.calls = len(result.times)
+    result.seconds = now() - start
+    result.wall_per_call = result.seconds / result.calls
+    result.per_call = median(result.times[-window_size(result.calls) :])
+    if cpu0 is not None and cpu_now is not None and result.seconds > 0:
+        result.cpu_share = _cpu_share(cpu_now, cpu0, result.seconds, wait_ns, wait0)
+    return result
+
+
+def _fixed(result: WarmupResult, time_call: Callable[[], float], calls: int, tolerance: float) -> None:
+    """Exactly ``calls`` calls (at least one); ``settled`` only reported."""
+    while True:
         result.times.append(time_call())
-        if len(result.times) >= max(1, fixed_calls):
+        if len(result.times) >= max(1, calls):
             result.settled = steady(result.times, tolerance) is not False
-            break
-    while fixed_calls is None:
+            return
+
+
+def _until_steady(
+    result: WarmupResult,
+    time_call: Callable[[], float],
+    start: float,
+    now: Callable[[], float],
+    min_time: float,
+    min_calls: int,
+    budget: float,
+    tolerance: float,
+) -> None:
+    """Calls until steady (after ``min_calls`` and ``min_time``) or ``budget``; an unsettled end is noted."""
+    while True:
         result.times.append(time_call())
         elapsed = now() - start
         enough = len(result.times) >= min_calls and elapsed >= min_time
         verdict = steady(result.times, tolerance) if enough else None
         if verdict:
-            break
+            return
         if elapsed >= budget:
             result.settled = verdict is not False
             if verdict is None:
                 result.note = f"warm-up ran {len(result.times)} call(s), too few to check steadiness"
             else:
                 result.note = f"still changing by more than {tolerance:.0%} between windows of calls"
-            break
-    result.calls = len(result.times)
-    result.seconds = now() - start
-    result.wall_per_call = result.seconds / result.calls
-    result.per_call = median(result.times[-window_size(result.calls) :])
-    if cpu0 is not None and cpu_now is not None and result.seconds > 0:
-        waited = 0.0
-        wait1 = wait_ns() if wait_ns else None
-        if wait0 is not None and wait1 is not None:
-            waited = (wait1 - wait0) / 1e9
-        running = max(result.seconds - waited, 1e-9)
-        result.cpu_share = min(1.0, (cpu_now() - cpu0) / running)
-    return result
+            return
+
+
+def _cpu_share(
+    cpu_now: Callable[[], float],
+    cpu0: float,
+    seconds: float,
+    wait_ns: Callable[[], int | None] | None,
+    wait0: int | None,
+) -> float:
+    """Thread CPU seconds since ``cpu0`` over the ``seconds`` the thread was not waiting for a CPU (at most 1)."""
+    waited = 0.0
+    wait1 = wait_ns() if wait_ns else None
+    if wait0 is not None and wait1 is not None:
+        waited = (wait1 - wait0) / 1e9
+    running = max(seconds - waited, 1e-9)
+    return min(1.0, (cpu_now() - cpu0) / running)
 
 
 def iters_for(per_call: float, wall_per_call: float, min_sample_time: float, cap: int = 1 << 20) -> int:

@@ -1,6 +1,6 @@
 """pytest-xdist with one GPU per worker.
 
-The controller decides which GPUs the workers share out (``--gpuperf-worker-gpus``:
+The controller decides which GPUs the workers share out (``gpuperf_worker_gpus``:
 ``auto`` = the GPUs in ``CUDA_VISIBLE_DEVICES``, else those ``nvidia-smi -L`` lists; a
 comma-separated list; or ``off``) and passes them to the workers in the environment
 variable :data:`ENV_GPUS` (workers inherit the controller's environment). Each worker
@@ -59,7 +59,7 @@ def detect_gpus(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def parse_gpu_setting(value: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """``--gpuperf-worker-gpus``: ``auto`` -> :func:`detect_gpus`; ``off`` -> []; ``0,2`` -> [``0``, ``2``]."""
+    """``gpuperf_worker_gpus``: ``auto`` -> :func:`detect_gpus`; ``off`` -> []; ``0,2`` -> [``0``, ``2``]."""
     text = value.strip().lower()
     if text in ("", "auto"):
         return detect_gpus(env)

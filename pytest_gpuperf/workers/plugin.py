@@ -1,6 +1,6 @@
 """pytest hooks of the xdist feature: one GPU per pytest-xdist worker; imported at start-up, so nothing heavy.
 
-* the controller shares out the GPUs (``--gpuperf-worker-gpus``) through the environment the
+* the controller shares out the GPUs (``gpuperf_worker_gpus``) through the environment the
   workers inherit, and warns when more workers than GPUs would share one;
 * each worker sets ``CUDA_VISIBLE_DEVICES`` in ``pytest_load_initial_conftests``, before
   conftests or test modules can import torch;
@@ -19,7 +19,7 @@ from pytest_gpuperf.settings import add_options, get_option
 
 OPTIONS: list[tuple[Any, ...]] = [
     (
-        "--gpuperf-worker-gpus",
+        "gpuperf_worker_gpus",
         "str",
         "auto",
         "GPUs shared out to pytest-xdist workers, one per worker: auto "
@@ -31,8 +31,8 @@ SHARER_NAME = "gpuperf-xdist-gpus"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register ``--gpuperf-worker-gpus`` and its ini twin."""
-    add_options(parser, OPTIONS)
+    """Register the ini key ``gpuperf_worker_gpus``."""
+    add_options(parser, OPTIONS, "distributed")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -101,7 +101,7 @@ class GpuSharer:
         if ENV_GPUS in os.environ:
             gpus = [g for g in os.environ[ENV_GPUS].split(",") if g]
         else:
-            gpus = parse_gpu_setting(get_option(self.config, "--gpuperf-worker-gpus"))
+            gpus = parse_gpu_setting(get_option(self.config, "gpuperf_worker_gpus"))
             if gpus:
                 os.environ[ENV_GPUS] = ",".join(gpus)
                 self._env_set = ENV_GPUS

@@ -30,7 +30,7 @@ class AdapterInfo:
     features: frozenset[str]
 
     def describe(self) -> str:
-        """``0: NVIDIA H200 | Vulkan | DiscreteGPU | timestamps``."""
+        """``0: NVIDIA GeForce RTX 4090 | Vulkan | DiscreteGPU | timestamps``."""
         stamps = "timestamps" if self.timestamp_query else "no timestamps"
         return f"{self.index}: {self.name} | {self.backend} | {self.device_type} | {stamps}"
 
@@ -76,11 +76,11 @@ def other_adapters() -> list[str]:
 
 
 class AdapterSelectionError(LookupError):
-    """No adapter matches ``--gpuperf-vulkan-device``; the message lists the adapters."""
+    """No adapter matches ``gpuperf_vulkan_device``; the message lists the adapters."""
 
 
 def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
-    """Pick by INDEX (``0``), TYPE (``DiscreteGPU``, ``cpu``) or NAME substring (``H200``).
+    """Pick by INDEX (``0``), TYPE (``DiscreteGPU``, ``cpu``) or NAME substring (``RTX``).
 
     An empty ``spec`` picks the most GPU-like adapter (discrete first, CPU last),
     the lower index on a tie.
@@ -95,7 +95,7 @@ def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
         for info in infos:
             if info.index == int(spec):
                 return info
-        raise AdapterSelectionError(f"--gpuperf-vulkan-device {spec}: no adapter with that index; adapters: {listing}")
+        raise AdapterSelectionError(f"gpuperf_vulkan_device={spec}: no adapter with that index; adapters: {listing}")
     by_type = [a for a in infos if a.device_type.lower() == spec.lower()]
     if by_type:
         return by_type[0]
@@ -103,6 +103,6 @@ def select_adapter(infos: list[AdapterInfo], spec: str) -> AdapterInfo:
     if by_name:
         return by_name[0]
     raise AdapterSelectionError(
-        f"--gpuperf-vulkan-device {spec!r} matches no adapter index, type ({', '.join(DEVICE_TYPES)}) "
+        f"gpuperf_vulkan_device={spec!r} matches no adapter index, type ({', '.join(DEVICE_TYPES)}) "
         f"or name; adapters: {listing}"
     )

@@ -27,7 +27,7 @@ _INSTALL_HINT = (
 
 
 class VulkanBackend(Backend):
-    """Run WGSL compute kernels on a Vulkan (or Metal) adapter chosen by ``--gpuperf-vulkan-device``."""
+    """Run WGSL compute kernels on a Vulkan (or Metal) adapter chosen by ``gpuperf_vulkan_device``."""
 
     name = "vulkan"
     runs_torch = False

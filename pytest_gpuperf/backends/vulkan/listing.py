@@ -1,4 +1,4 @@
-"""Human-readable lines describing every adapter wgpu finds (``--gpuperf-vulkan-adapters``)."""
+"""Human-readable lines describing every adapter wgpu finds (``gpuperf_vulkan_adapters``)."""
 
 from __future__ import annotations
 

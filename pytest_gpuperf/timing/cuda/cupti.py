@@ -1,8 +1,8 @@
 """Device time per step from CUPTI (through torch.profiler): the sum of the step's kernel durations.
 
 Used on CUDA when a step cannot be captured into a CUDA graph. The profiler is
-started once per measurement (its start costs seconds: 3.9-6.4 s for the first
-20 steps of a process on the H200), ``steps`` eager calls run inside it, each
+started once per measurement (its start costs seconds in a fresh process),
+``steps`` eager calls run inside it, each
 inside a ``record_function`` range that ends after a device synchronize, and
 every GPU activity (kernels, memcpy, memset) is attributed to the range its
 start falls in. Overlapping activities on several streams are summed (the
@@ -21,7 +21,7 @@ from typing import Any
 RANGE_PREFIX = "gpuperf_step_"
 #: Kineto activity types that are GPU work. Not ``gpu_user_annotation``: every ``record_function`` range (ours,
 #: and torch's own such as ``Optimizer.step#AdamW.step``) also appears on the GPU timeline spanning its kernels,
-#: and counting those doubled an AdamW step's time (979 us of kernels for a 496 us eager step on the H200).
+#: and counting those would about double an optimizer step's time.
 DEVICE_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 #: One profiler event as (name, device type name, activity type, start ns, duration ns).

@@ -1,8 +1,8 @@
 """CUDA-graph timing of a whole step: the host's launch path off the clock.
 
 A step launched from Python can spend longer in the host's launch path than on
-the GPU (the seed's Linear forward + backward: 398 us by events around eager
-calls, 209 us as one graph replay), so events around eager calls time the host
+the GPU (a small layer's forward + backward can read twice its graph replay by
+events around eager calls), so events around eager calls time the host
 as much as the device. Capturing ``iters`` calls of the whole step (forward,
 backward, a capturable optimizer) into one CUDA graph and timing its replay
 with CUDA events leaves only the GPU's own work (and the graph's small

@@ -11,10 +11,11 @@ directly; where it is missing every reading degrades to an ``nvml_error`` note.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from pytest_gpuperf.timing.record import CLOCKS
 
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
@@ -81,7 +82,7 @@ class Nvml:
             raise OSError(f"{what} returned NVML error {code}")
 
     def read(self) -> ClockReading:
-        """The SM and memory clocks, clock-event reasons, power and temperature now (about 4-5 us on the H200)."""
+        """The SM and memory clocks, clock-event reasons, power and temperature now (a few microseconds)."""
         clock = ctypes.c_uint()
         self._check(self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(clock)), "clock info")
         reasons = ctypes.c_ulonglong()
@@ -133,13 +134,17 @@ def current_device_reader() -> Callable[[], ClockReading]:
 
 @dataclass
 class ClockWatch:
-    """Collects NVML readings during a measurement; :meth:`summary` is what ``TimingResult.clocks`` holds."""
+    """Instrument: NVML readings at entry, during the samples and at exit; :meth:`summary` is what
+    ``TimingResult.clocks`` holds. :meth:`timed` gives each sample the SM clock read around it."""
 
     reader: Callable[[], ClockReading] | None
     error: str = ""
     readings: list[ClockReading] = field(default_factory=list)
     #: SM clock (MHz) of each timed sample: the mean of the readings right before and after it.
     sample_clocks: list[float] = field(default_factory=list)
+    #: Its name among a timing record's instruments (``TimingResult.clocks``).
+    name: ClassVar[str] = CLOCKS
+    _facts: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
     def for_current_device(cls) -> ClockWatch:
@@ -161,23 +166,17 @@ class ClockWatch:
         self.readings.append(reading)
         return reading
 
-    @contextmanager
-    def recording(self, record: Any) -> Iterator[ClockWatch]:
-        """Read at the start and the end of a measurement and write what was seen into ``record``.
-
-        ``record`` (a :class:`~pytest_gpuperf.timing.sampling.TimingResult`) gets its ``clocks`` instrument facts
-        (:meth:`summary`) and, when every judged sample has one, ``sample_clocks``: the instrument writes its own facts.
-        """
-        from pytest_gpuperf.timing.sampling import CLOCKS
-
+    def __enter__(self) -> ClockWatch:
         self.read()
-        try:
-            yield self
-        finally:
-            self.read()
-            record.instruments[CLOCKS] = self.summary()
-            if len(self.sample_clocks) == len(record.samples):
-                record.sample_clocks = list(self.sample_clocks)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.read()
+        self._facts = self.summary()
+
+    def facts(self) -> dict[str, Any]:
+        """The :meth:`summary` after the last reading, taken at exit (instrument contract)."""
+        return self._facts if self._facts is not None else self.summary()
 
     def timed(self, take: Callable[[], float]) -> Callable[[], float]:
         """``take`` with a reading right before and after each call; their mean SM clock is the sample's."""

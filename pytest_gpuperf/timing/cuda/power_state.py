@@ -1,15 +1,14 @@
 """Warm a CUDA step up to the GPU's sustained power state before its samples are taken.
 
-Under a large GEMM the H200 reaches its 700 W cap within a second, and its SM clock then settles
-below the clock it ran at in the first tenths of a second (measured with ``gpu/clock_traces.py``:
-a GEMM read 1980 MHz idle, about 1500 MHz from 0.2 s on, and its NVML power, a moving average, rose
-from 90 W to 690 W over the first second). Samples taken inside that transient are faster than the
-ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW` seconds
-while NVML is read after each replay, until two consecutive windows agree: SM clock within
-:data:`CLOCK_STEADY` and power within :data:`POWER_STEADY`, capped or not yet (the clock holds at boost for
-the first tenths of a second while the power still climbs). A step that never reaches the cap (memory- or
-latency-bound) settles as soon as its clock and power hold. The budget bounds it;
-what it found (the sustained clock, how long it took, whether it settled) goes into the record.
+Under a large GEMM a GPU reaches its power cap within about a second, and its SM clock then settles below the
+clock it ran at in the first tenths of a second, while NVML's power (a moving average) still climbs
+(``gpu/clock_traces.py`` traces it; ``docs/PERFORMANCE.md`` has the figures). Samples taken inside that transient
+are faster than the ones after it. So before sampling, the step's graph is replayed in windows of :data:`WINDOW`
+seconds while NVML is read after each replay, until two consecutive windows agree: SM clock within
+:data:`CLOCK_STEADY` and power within :data:`POWER_STEADY`, capped or not yet (the clock holds at boost for the
+first tenths of a second while the power still climbs). A step that never reaches the cap (memory- or
+latency-bound) settles as soon as its clock and power hold. The budget bounds it; what it found (the sustained
+clock, how long it took, whether it settled) goes into the record through :class:`PowerWarmup`.
 """
 
 from __future__ import annotations
@@ -17,9 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_gpuperf.stats import median
 from pytest_gpuperf.timing.cuda.nvml import POWER_CAP_MASK, ClockReading
+from pytest_gpuperf.timing.record import POWER_STATE
 
 #: One observation window of the warm-up (seconds).
 WINDOW = 0.1
@@ -53,8 +54,8 @@ def _steady(previous: tuple[float, float, int], current: tuple[float, float, int
     """Two windows hold the state: SM clock within :data:`CLOCK_STEADY`, power within :data:`POWER_STEADY`.
 
     The power is checked whether or not the cap is reported yet: in the first tenths of a second of a large GEMM
-    the H200 still reads its boost clock, uncapped, while NVML's power (a moving average) climbs towards the cap;
-    settling on the clock alone there let A/B workers measure at 1905 MHz next to others at 1410 MHz.
+    the GPU still reads its boost clock, uncapped, while NVML's power (a moving average) climbs towards the cap;
+    settling on the clock alone there lets processes measure at clocks far apart.
     """
     (clock0, power0, _), (clock1, power1, reasons) = previous, current
     if clock0 <= 0 or abs(clock1 / clock0 - 1.0) > CLOCK_STEADY:
@@ -91,3 +92,29 @@ def warm_to_sustained(
             return PowerState(now() - start, True, clock, power or None, capped)
     last = windows[-1] if windows else None
     return PowerState(now() - start, False, last[0] if last else None, (last[1] or None) if last else None, capped)
+
+
+class PowerWarmup:
+    """Instrument of the CUDA sampler: holds what :func:`warm_to_sustained` found (none when it did not run) and
+    the least seconds of samples it then asked for (at the power cap)."""
+
+    name = POWER_STATE
+
+    def __init__(self) -> None:
+        self.state: PowerState | None = None
+        self.min_sample_seconds: float | None = None
+
+    def __enter__(self) -> PowerWarmup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def facts(self) -> dict[str, Any]:
+        """:meth:`PowerState.facts` and ``min_sample_seconds``; {} when the warm-up did not run."""
+        if self.state is None:
+            return {}
+        out: dict[str, Any] = dict(self.state.facts())
+        if self.min_sample_seconds is not None:
+            out["min_sample_seconds"] = self.min_sample_seconds
+        return out

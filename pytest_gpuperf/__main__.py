@@ -1,0 +1,5 @@
+"""``python -m pytest_gpuperf COMMAND``: the ``gpuperf`` command (``history``)."""
+
+from pytest_gpuperf.history.cli import main
+
+raise SystemExit(main())
