@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.judging.service import FileBaselines, Judging
+from pytest_gpuperf.judging.service import Judging
 from pytest_gpuperf.results import REPORT_ATTR, verdict_to_dict
 
 #: The plugin an A/B worker process loads (``pytest_gpuperf.ab.runner.WORKER_MODULE``).
@@ -56,7 +56,11 @@ class GpuperfSession:
         def ref_loader() -> Any:
             return config.hook.pytest_gpuperf_baseline_loader(config=config)
 
-        self.judging = Judging(settings, FileBaselines(settings, ref_loader))
+        from pytest_gpuperf.baselines.recording import choose_sink
+        from pytest_gpuperf.baselines.sources import FileBaselines
+
+        # The sink is chosen once, here: the gate, or the recorder under --gpuperf-update.
+        self.judging = Judging(settings, FileBaselines(settings, ref_loader), choose_sink(config, settings))
         self.outcomes: dict[str, TestOutcome] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

@@ -9,16 +9,13 @@ from typing import Any
 import pytest
 
 from pytest_gpuperf.baselines import BaselineFile
+from pytest_gpuperf.baselines.recording import Recorder
+from pytest_gpuperf.baselines.sources import FileBaselines
+from pytest_gpuperf.baselines.update import metric_to_entry
 from pytest_gpuperf.context import MarkerError, TestContext, build_context
 from pytest_gpuperf.fingerprint import baseline_filename
 from pytest_gpuperf.judging.collecting import CollectingJudging
-from pytest_gpuperf.judging.service import (
-    FileBaselines,
-    FixedBaselines,
-    Judging,
-    judged_timing_metric,
-    metric_to_entry,
-)
+from pytest_gpuperf.judging.service import FixedBaselines, Judging, judged_timing_metric
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric
 from pytest_gpuperf.timing import MeasureConfig
 
@@ -77,7 +74,7 @@ def test_the_baseline_entry_is_looked_up_by_fingerprint_and_world_size(tmp_path:
     assert judging.entry(single, "step.time")["value"] == 1.0  # type: ignore[index]
     assert judging.entry(single.in_world(2), "step.time")["value"] == 2.0  # type: ignore[index]
     assert judging.entry(single.in_world(4), "step.time") is None
-    recording = Judging(settings(tmp_path, update=True), FileBaselines(settings(tmp_path), lambda: loader))  # type: ignore[arg-type]
+    recording = Judging(settings(tmp_path, update=True), FileBaselines(settings(tmp_path), lambda: loader), Recorder())  # type: ignore[arg-type]
     assert recording.entry(single, "step.time") is None  # recording plans without a baseline
     assert recording.entries(single)["step.time"]["value"] == 1.0  # ... but still reads (and checks) the file
 
@@ -145,11 +142,12 @@ def test_informational_metrics_are_never_failing_and_strict_fails_missing_baseli
 
 
 def test_update_collects_entries_per_file_without_probe_fields(tmp_path: Path) -> None:
-    judging = Judging(settings(tmp_path, update=True), FixedBaselines({}, path=str(tmp_path / "f.yaml")))
+    recorder = Recorder()
+    judging = Judging(settings(tmp_path, update=True), FixedBaselines({}, path=str(tmp_path / "f.yaml")), recorder)
     context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
     metric = Metric("step.time", 1.0, "s", "lower", KIND_TIME, samples=[1.0, 1.1], extra={"method": "events"})
     judging.store(context, judging.judge(context, [metric]))
-    [(path, (_, tests))] = judging.pending_updates.items()
+    [(path, (_, tests))] = recorder.pending().items()
     assert path == tmp_path / "f.yaml"
     assert tests[NODE]["step.time"] == metric_to_entry(metric)
     assert set(metric_to_entry(metric)) >= {"value", "unit", "better", "kind", "samples", "method"}
@@ -160,12 +158,13 @@ def test_a_re_record_sees_the_stored_class_for_its_hysteresis_unless_every_entry
     from pytest_gpuperf.extensions import MeasureContext
 
     stored = {"step.bound": {"value": "latency-bound", "unit": "", "better": "equal", "kind": "category"}}
-    judging = Judging(settings(tmp_path, update=True), FixedBaselines(stored))
+    judging = Judging(settings(tmp_path, update=True), FixedBaselines(stored), Recorder())
     context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
     measured = MeasureContext(context, lambda: None, "step", None, [], judging)  # type: ignore[arg-type]
     assert measured.baseline_value("step.bound") is None  # nothing is judged while recording
     assert measured.recorded_value("step.bound") == "latency-bound"  # but a class near its boundary stays put
-    judging.start_updates(update_all=True)
+    judging = Judging(settings(tmp_path, update=True), FixedBaselines(stored), Recorder(update_all=True))
+    measured = MeasureContext(context, lambda: None, "step", None, [], judging)  # type: ignore[arg-type]
     assert measured.recorded_value("step.bound") is None  # --gpuperf-update-all: classified afresh
 
 

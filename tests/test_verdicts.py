@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_gpuperf.baselines.recording import Recorder
 from pytest_gpuperf.context import build_context
 from pytest_gpuperf.fixture import GpuPerf
 from pytest_gpuperf.judging.replication import combine, noise_facts, tolerance_warning
@@ -181,13 +182,13 @@ def test_a_baseline_from_several_processes_keeps_the_median_process_and_warns_ab
 
 
 def test_update_merges_fresh_processes_into_the_entry_it_writes(tmp_path: Path) -> None:
-    judging = Judging(settings(tmp_path, update=True), FixedBaselines({}, path=str(tmp_path / "f.yaml")))
+    recorder = Recorder(processes=3)
+    judging = Judging(settings(tmp_path, update=True), FixedBaselines({}, path=str(tmp_path / "f.yaml")), recorder)
     context = build_context(NODE, FakeBackend(), {})  # type: ignore[arg-type]
     judging.store(context, judging.judge(context, [time_metric(samples(1.0, 20), precision=0.01)]))
-    judging.merge_processes(
-        NODE, [{"step.time": time_metric(samples(1.5, 21))}, {"step.time": time_metric(samples(1.1, 22))}]
-    )
-    [(_, (_, tests))] = judging.pending_updates.items()
+    runs = [{"step.time": time_metric(samples(1.5, 21))}, {"step.time": time_metric(samples(1.1, 22))}]
+    assert judging.second_look(NODE, lambda n: (runs[:n], "")) is None
+    [(_, (_, tests))] = recorder.pending().items()
     stored = tests[NODE]["step.time"]
     assert stored["processes"] == 3 and stored["process_spread"] == pytest.approx(0.5, abs=0.02)
     assert stored["value"] == pytest.approx(quantile(samples(1.1, 22), STAT_QUANTILE))

@@ -6,8 +6,9 @@
   ``pytest_gpuperf_baseline_loader``), and :func:`ref_changes` lists the entries the working tree
   changes against it for the reports;
 * a ``gpuperf_baselines`` path that is a file is one usage error, not a failure per test;
-* under ``--gpuperf-update`` the :class:`~pytest_gpuperf.baselines.update.BaselineUpdater`
-  holds each test's entries and writes those of passed tests at the end;
+* under ``--gpuperf-update`` the session's sink is the :class:`~pytest_gpuperf.baselines.recording.Recorder`:
+  its :class:`~pytest_gpuperf.baselines.update.BaselineUpdater` holds each test's entries and writes those of
+  passed tests at the end;
 * the terminal summary says what was written and kept (merged from pytest-xdist workers),
   what was not recorded and why, and warns loudly when tests found no entry in a file that
   holds entries for this hardware (with the rootdir and the closest keys), listing stale entries.
@@ -52,7 +53,6 @@ BASELINE_OPTIONS: list[tuple[Any, ...]] = [
     ),
 ]
 REF_KEY = pytest.StashKey["GitRef"]()
-UPDATER_NAME = "gpuperf-baseline-updater"
 TRACKER_NAME = "gpuperf-baseline-tracker"
 
 
@@ -71,7 +71,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``--gpuperf``: check the baselines path, resolve the git ref, start the updater and the key tracker."""
+    """Under ``--gpuperf``: check the baselines path, resolve the git ref, start the key tracker.
+
+    The recorder of ``--gpuperf-update`` was chosen with the session (:func:`.recording.choose_sink`)."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
@@ -89,11 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[REF_KEY] = GitRef.resolve(ref_name, directory)
         except GitRefError as exc:
             raise pytest.UsageError(str(exc)) from None
-    if session.settings.update:
-        updater = session.judging.start_updates(
-            get_option(config, "--gpuperf-update-all"), get_option(config, "--gpuperf-accept-slower")
-        )
-        config.pluginmanager.register(updater, UPDATER_NAME)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(BaselineTracker(config), TRACKER_NAME)
 
@@ -155,6 +152,8 @@ class BaselineTracker:
             self.missing.setdefault(file, set()).add(report.nodeid)
 
     def _summaries(self) -> list[dict[str, Any]]:
+        from pytest_gpuperf.baselines.recording import UPDATER_NAME
+
         updater: BaselineUpdater | None = self.config.pluginmanager.get_plugin(UPDATER_NAME)
         return ([updater.summary()] if updater is not None else []) + self.workers
 

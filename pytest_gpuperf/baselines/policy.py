@@ -70,9 +70,8 @@ def undecidable(metric: Metric, old: dict[str, Any]) -> str | None:
     The judge makes every change within that spread inconclusive (:mod:`pytest_gpuperf.judging.evidence`), so such
     an entry gates nothing. A re-record replaces it when its own processes agree within the tolerance **and** it
     measured more processes than the entry was recorded from (the command the warning suggests does). From as
-    many processes, a narrow spread is a luckier draw of the same noise, not more evidence: on this project's
-    2-core VM a layernorm/softmax step's processes read about 800 or 600 krows/s, a first recording stored 797
-    with a 31% spread, and three plain re-records (two slow processes each, spreads under 25%) each rewrote it.
+    many processes, a narrow spread is a luckier draw of the same noise, not more evidence: replacing on it alone
+    would rewrite the entry at every plain re-record of a machine whose processes fall into two speed groups.
     """
     spread, tolerance = number_or_none(old.get("process_spread")), metric.tolerance
     if metric.kind not in _TIMING_KINDS or spread is None or tolerance is None or spread <= tolerance:
@@ -104,9 +103,8 @@ def within_spread(verdict: Verdict, old: dict[str, Any]) -> str | None:
 
     The judge's own spread rule (:func:`pytest_gpuperf.judging.evidence.spread_rule`) with the wider of the two
     recordings' spreads between processes: when whole processes of either recording differ by more than the
-    tolerance, a move inside that band is what re-recording unchanged code on that machine does (a one-thread
-    Linear step on this project's 2-core VM read +30.7% between two recordings whose processes spread 22% and
-    37%), so the stored entry is kept; a time that moved past the band is written (or kept as looser).
+    tolerance, a move inside that band is what re-recording unchanged code on that machine does, so the stored
+    entry is kept; a time that moved past the band is written (or kept as looser).
     """
     from pytest_gpuperf.judging.evidence import Evidence, spread_rule
 

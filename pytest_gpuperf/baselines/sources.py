@@ -1,45 +1,28 @@
-"""Where a judging service reads a test's baseline entries: the baseline files, or what a rank was sent.
+"""The file-backed baseline source: baseline files keyed by fingerprint and world size.
 
-* :class:`FileBaselines`: files under ``gpuperf_baselines`` keyed by fingerprint and world size, read once
-  each through one loader (the working tree's, or a git ref's from ``pytest_gpuperf_baseline_loader``);
-* :class:`FixedBaselines`: the entries the pytest process looked up for one test, sent with a rank or
-  fresh-process task so it plans against exactly what judges it.
+:class:`FileBaselines` implements the judging service's source protocol
+(:class:`pytest_gpuperf.judging.sources.BaselineSource`): files under ``gpuperf_baselines``, read once each
+through one loader (the working tree's, or a git ref's from ``pytest_gpuperf_baseline_loader``). The session
+hands it to the service; a rank gets :class:`~pytest_gpuperf.judging.sources.FixedBaselines` instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuperf.judging.sources import BaselineSource, Entries, FixedBaselines
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines import BaselineFile
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.settings import Settings
 
+__all__ = ["BaselineSource", "Entries", "FileBaselines", "FixedBaselines", "Loader"]
+
 #: Reads one baseline file (None when it does not exist).
 Loader = Callable[[Path], "BaselineFile | None"]
-Entries = dict[str, dict[str, Any]]
-
-
-class BaselineSource(Protocol):
-    """Where a judging service reads a test's baseline entries from."""
-
-    def fingerprint(self, context: TestContext) -> dict[str, Any]:
-        """The hardware fingerprint (with world size) the test's baselines are keyed by."""
-        ...
-
-    def path(self, context: TestContext) -> Path:
-        """The baseline file of the test's fingerprint."""
-        ...
-
-    def entries(self, context: TestContext) -> Entries:
-        """The test's recorded metrics (``{}`` without a baseline); errors name file and line."""
-        ...
-
-    def file(self, context: TestContext) -> BaselineFile | None:
-        """The whole baseline file of the test's fingerprint (None when absent or not known here)."""
-        ...
 
 
 class FileBaselines:
@@ -110,28 +93,3 @@ class FileBaselines:
         found = baseline.tests.get(context.node_id)
         legacy = backend_first_id(context.node_id, context.backend.name)
         return dict(found or (baseline.tests.get(legacy) if legacy else None) or {})
-
-
-class FixedBaselines:
-    """The entries the pytest process looked up for one test, sent to the ranks that measure it (picklable)."""
-
-    def __init__(self, entries: Entries, fingerprint: dict[str, Any] | None = None, path: str = "") -> None:
-        self._entries = dict(entries)
-        self._fingerprint = dict(fingerprint or {})
-        self._path = path
-
-    def fingerprint(self, context: TestContext) -> dict[str, Any]:
-        """The fingerprint the pytest process judged with (the rank's own when none was sent)."""
-        return self._fingerprint or {**context.backend.fingerprint(), "world_size": context.world_size}
-
-    def path(self, context: TestContext) -> Path:
-        """The file the entries came from (informational on a rank)."""
-        return Path(self._path)
-
-    def file(self, context: TestContext) -> BaselineFile | None:
-        """Ranks see only their test's entries, never a whole file."""
-        return None
-
-    def entries(self, context: TestContext) -> Entries:
-        """The entries sent with the task."""
-        return dict(self._entries)

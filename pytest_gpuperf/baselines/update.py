@@ -137,7 +137,7 @@ LISTED = ("moved", "undecidable", "processes", "measured")
 class BaselineUpdater:
     """Holds ``--gpuperf-update`` entries per test, commits those of passed tests, writes them at the end.
 
-    ``committed`` is the judging service's ``pending_updates`` (path -> (fingerprint, test id -> entries));
+    ``committed`` (path -> (fingerprint, test id -> entries)) is its own unless a caller passes the dict to fill;
     a feature can veto writing them with the ``pytest_gpuperf_write_baselines`` hook. ``update_all`` rewrites
     every entry; ``accept_slower`` writes time/throughput entries that measured slower past their tolerance
     (by default they keep the stored entry and are listed).
@@ -145,11 +145,11 @@ class BaselineUpdater:
 
     def __init__(
         self,
-        committed: dict[Path, tuple[dict[str, Any], Entries]],
+        committed: dict[Path, tuple[dict[str, Any], Entries]] | None = None,
         update_all: bool = False,
         accept_slower: bool = False,
     ) -> None:
-        self.committed = committed
+        self.committed: dict[Path, tuple[dict[str, Any], Entries]] = committed if committed is not None else {}
         self.update_all = update_all
         self.accept_slower = accept_slower
         self.held: dict[str, HeldTest] = {}

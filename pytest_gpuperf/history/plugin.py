@@ -16,8 +16,8 @@ from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import add_options, get_option
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.hookspecs import FailureReason
     from pytest_gpuperf.history.series import Series
+    from pytest_gpuperf.hookspecs import FailureReason
     from pytest_gpuperf.results import Verdict
 
 HISTORY_OPTIONS: list[tuple[Any, ...]] = [

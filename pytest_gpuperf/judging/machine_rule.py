@@ -19,10 +19,9 @@ from pytest_gpuperf.validate import number_or_none
 MACHINE_FLOOR = 0.10
 #: Most a spread may widen the band (a calibration that moved more than this is no better than this).
 SPREAD_CAP = 0.15
-#: How far one host's calibration moves between its own fresh processes: this project's 2-core VMs read 1.13-1.17x
-#: between processes of one recording, once 1.28x (docs/PERFORMANCE.md). A run off by less than this may be the
-#: recording machine in another speed state, which a fresh process can clear (:func:`speed_state`); two VMs of one
-#: kind differed 2x.
+#: How far one host's calibration may move between its own fresh processes (a virtual machine's speed states; the
+#: figures are in docs/PERFORMANCE.md). A run off by less than this may be the recording machine in another speed
+#: state, which a fresh process can clear (:func:`speed_state`); two machines of one kind can differ far more.
 HOST_STATES = 0.35
 
 

@@ -1,7 +1,7 @@
 """Evidence from several processes: baselines recorded over N fresh processes, regressions confirmed in a fresh one.
 
-Whole processes are fast or slow (memory layout, allocator state, autotuning): the same step's
-judged quantile in four fresh CPU processes read 4.85, 5.36, 19.3 and 5.22 ms. So
+Whole processes are fast or slow (memory layout, allocator state, autotuning): the same step's judged quantile
+can differ several-fold between fresh processes of one machine. So
 
 * ``--gpuperf-update`` with ``gpuperf_processes = N`` measures the test in this process and in N-1
   fresh ones, stores the median process's numbers and the **spread between processes**
@@ -15,18 +15,18 @@ feature's worker pool); these functions only combine what they measured.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
+from pytest_gpuperf.judging.sink import FreshRuns
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, process_spread
 from pytest_gpuperf.units import format_change
 from pytest_gpuperf.validate import number_or_none
 
 #: Default processes per baseline under ``--gpuperf-update`` (``gpuperf_processes = 0``): host CPUs vary per process,
-#: and so does a power-capped GPU (its SM clock under the cap depends on its temperature: a GEMM's time read 1-4%
-#: apart in fresh processes on the H200), so a baseline from one process can sit at either end of that range.
+#: and so does a power-capped GPU (its SM clock under the cap depends on its temperature), so a baseline from one
+#: process can sit at either end of that range.
 CPU_PROCESSES = 3
 DEVICE_PROCESSES = 1
 
@@ -77,8 +77,8 @@ def combine(main: Metric, others: list[Metric], tolerance: float, include_main: 
 def calibration_spread(metrics: list[Metric]) -> float | None:
     """How far the host calibration moved between the processes of one recording (``max / min - 1``), or None.
 
-    On this project's 2-core VMs it moved 1-19% between fresh processes of one machine (the VM's speed states), so
-    a recording that saw it move stores that as the band a later run on the same machine may show.
+    A virtual machine's speed states move it between fresh processes of one machine, so a recording that saw it
+    move stores that as the band a later run on the same machine may show.
     """
     values = [float(v) for m in metrics if isinstance(v := m.extra.get("calibration"), (int, float)) and v > 0]
     return process_spread(values) if len(values) >= 2 else None
@@ -152,10 +152,6 @@ def can_replicate(item: Any) -> bool:
     )
 
 
-#: ``fresh(n)``: the metrics of ``n`` fresh runs of the test (by metric name) and, when fewer came back, why.
-FreshRuns = Callable[[int], tuple[list[dict[str, Metric]], str]]
-
-
 #: Fresh processes one recording may start to replace those whose host calibration read another speed state.
 MAX_REPLACED = 2
 
@@ -178,10 +174,10 @@ def same_state(
     """A recording's processes in one speed state of the host: (runs, this process left out, processes replaced).
 
     A process whose calibration differs from the median process's by more than the machine band
-    (:func:`~pytest_gpuperf.judging.machine_rule.band`) ran in another speed state of the machine (this project's
-    VMs switch between states about 1.6x apart): its time would make the recorded spread one that gates nothing,
-    and a later run in the usual state would re-record it. Such a fresh process is replaced by another, this
-    process's own measurement left out, at most :data:`MAX_REPLACED` times; past that the spread records both.
+    (:func:`~pytest_gpuperf.judging.machine_rule.band`) ran in another speed state of the machine: its time would
+    make the recorded spread one that gates nothing, and a later run in the usual state would re-record it. Such a
+    fresh process is replaced by another, this process's own measurement left out, at most :data:`MAX_REPLACED`
+    times; past that the spread records both.
     """
     from pytest_gpuperf.stats import median
 
@@ -205,43 +201,22 @@ def same_state(
         main_off, replaced = main_off or leave_main, replaced + count
 
 
-def second_look(judging: Any, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
+class Looks(Protocol):
+    """What :func:`second_look` asks of the judging service (:class:`~pytest_gpuperf.judging.service.Judging`)."""
+
+    def second_look(self, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
+        """The sink's look from fresh processes at the test's stored verdicts; a warning or None."""
+        ...
+
+
+def second_look(judging: Looks, node_id: str, fresh: FreshRuns, where: str = "a fresh process") -> str | None:
     """After a test's first measurement: record it from more processes, or confirm a suspected regression.
 
-    Under ``--gpuperf-update`` the baseline comes from ``gpuperf_processes`` runs (3 on a host CPU or a GPU at
-    its power cap) in one speed state of the host (:func:`same_state`), the spread between them stored; otherwise a
-    suspected time/throughput regression is measured once more, and a run that disagrees makes the verdict
-    inconclusive (:func:`reconcile`). Returns a warning when fewer processes than asked finished the test or some
-    were left out, else None. ``fresh`` runs the test again (a replica process, or the script of a
+    The run's sink decides which: under ``--gpuperf-update`` the recorder stores the baseline from
+    ``gpuperf_processes`` runs in one speed state of the host (:func:`same_state`), the spread between them;
+    otherwise the gate measures a suspected time/throughput regression once more, and a run that disagrees makes
+    the verdict inconclusive (:func:`reconcile`). Returns a warning when fewer processes than asked finished the
+    test or some were left out, else None. ``fresh`` runs the test again (a replica process, or the script of a
     ``gpuperf_torchrun`` test once more).
     """
-    context = judging.contexts.get(node_id)
-    if context is None:
-        return None
-    if judging.settings.update:
-        capped = any(v.metric.extra.get("power_capped") for v in judging.verdicts.get(node_id, []))
-        wanted = getattr(judging.settings, "processes", 0) or default_processes(context.backend.is_host_cpu(), capped)
-        if wanted <= 1:
-            return None
-        runs, note = fresh(wanted - 1)
-        main_metrics = [v.metric for v in judging.verdicts.get(node_id, [])]
-        runs, main_off, replaced = same_state(main_metrics, runs, fresh)
-        judging.merge_processes(node_id, runs, include_main=not main_off)
-        swapped = (
-            f"{node_id}: {replaced} recording process(es) left out, the host calibration there read another speed "
-            "state of this machine"
-            if replaced
-            else None
-        )
-        recorded = len(runs) + (0 if main_off else 1)
-        if recorded >= wanted:
-            return swapped
-        why = f": {note}" if note else ""
-        return (
-            f"{node_id}: baseline recorded from {recorded} of {wanted} processes; "
-            f"{wanted - recorded} fresh process(es) did not finish the test{why}"
-        )
-    if judging.wants_confirmation(judging.verdicts.get(node_id, [])):
-        runs, note = fresh(1)
-        judging.confirm_stored(node_id, runs[0] if runs else None, note, where)
-    return None
+    return judging.second_look(node_id, fresh, where)
