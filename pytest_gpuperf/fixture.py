@@ -8,7 +8,7 @@ the session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -252,8 +252,11 @@ class GpuPerf:
         return metric
 
 
-def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:
-    """The ``gpuperf`` handle of a test item: its frozen context, the session's judging service and hooks."""
+def handle_for(item: Any, backend: Backend, marker_kwargs: Mapping[str, Any]) -> GpuPerf:
+    """The ``gpuperf`` handle of a test item: its frozen context, the session's judging service and hooks.
+
+    ``marker_kwargs``: the marker's options, as collection checked them (``MarkerOptions``) or to be checked.
+    """
     import pytest
 
     from pytest_gpuperf.context import MarkerError, build_context
