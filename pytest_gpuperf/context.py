@@ -10,15 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.markers import MarkerError, gpuperf_options
+from pytest_gpuperf.markers import MarkerError, MarkerOptions, gpuperf_options
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
 
-__all__ = ["MarkerError", "TestContext", "build_context", "env_world_size"]
+__all__ = ["MarkerError", "MarkerOptions", "TestContext", "build_context", "env_world_size"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class TestContext:
     node_id: str
     backend: Backend
     world_size: int = 1
-    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    options: Mapping[str, Any] = field(default_factory=MarkerOptions)
 
     def in_world(self, world_size: int) -> TestContext:
         """The same test judged as a ``world_size``-rank world (its baselines live in ``...-ws<N>.yaml``)."""
@@ -52,7 +51,14 @@ def env_world_size() -> int:
 def build_context(
     node_id: str, backend: Backend, marker_kwargs: Mapping[str, Any] | None = None, world_size: int | None = None
 ) -> TestContext:
-    """Validate the marker's keys and freeze the context (world size: given, else ``WORLD_SIZE``)."""
-    options = gpuperf_options(node_id, (), dict(marker_kwargs or {}))  # keys and ranges checked
+    """Freeze the context (world size: given, else ``WORLD_SIZE``) with the marker's checked options.
+
+    :class:`~pytest_gpuperf.markers.MarkerOptions` (checked at collection) are taken as they are; any other
+    mapping is checked here (keys and ranges; :class:`MarkerError` names the test and the key).
+    """
+    if isinstance(marker_kwargs, MarkerOptions):
+        options = marker_kwargs
+    else:
+        options = gpuperf_options(node_id, (), dict(marker_kwargs or {}))
     size = env_world_size() if world_size is None else int(world_size)
-    return TestContext(node_id, backend, size, MappingProxyType(options))
+    return TestContext(node_id, backend, size, options)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class MeasureContext:
-    """Everything a feature may need about one ``measure()`` call."""
+    """Everything a feature may need about one ``measure()`` call (``test``: its backend, node id and options)."""
 
     test: TestContext
     step: Callable[[], object]
@@ -30,11 +30,6 @@ class MeasureContext:
     metrics: list[Metric]
     judging: Judging
     hints: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def handle(self) -> TestContext:
-        """The test's context (``.backend``, ``.node_id``, ``.options``); older name of :attr:`test`."""
-        return self.test
 
     def baseline_value(self, metric_name: str) -> Any:
         """The recorded value of one of this test's metrics (None when recording or without a baseline)."""

@@ -1,32 +1,35 @@
 """The ``gpuperf`` fixture object: measure a step, record a metric, size work per device.
 
-One ``measure()`` call flows one way: plan (:mod:`.judging.plan`) -> time (:mod:`.timing`) ->
-count (feature hooks) -> judge -> store (:mod:`.judging.service`) -> report (the session's hooks
-read the stored verdicts). The handle holds the frozen :class:`~.context.TestContext`
-and the judging service; it never drives the session.
+One ``measure()`` call is a chain of values (:mod:`.measuring`): plan -> probes -> time -> metrics -> count
+(feature hooks) -> sink (the judging service: judge, confirm, store); the session's hooks report the stored
+verdicts. The handle holds the frozen :class:`~.context.TestContext` and the judging service; it never drives
+the session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.results import (
-    KIND_MEMORY,
-    KIND_THROUGHPUT,
-    KIND_TIME,
-    Better,
-    Metric,
+from pytest_gpuperf.measuring.pipeline import Stages
+from pytest_gpuperf.measuring.plan import MeasureCall
+from pytest_gpuperf.results import Better, Metric
+from pytest_gpuperf.validate import (
+    MAX_WORD,
+    check_measure_args,
+    checked_record_args,
+    is_integer,
+    name_problem,
+    short_repr,
 )
-from pytest_gpuperf.validate import check_measure_args, checked_record_args, is_integer, short_repr
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.extensions import AfterMeasure
-    from pytest_gpuperf.judging.plan import MeasurePlan
     from pytest_gpuperf.judging.service import Judging
+    from pytest_gpuperf.measuring.plan import MeasurePlan
     from pytest_gpuperf.timing import MeasureConfig, TimingResult
     from pytest_gpuperf.timing.calibration import Calibration
 
@@ -126,9 +129,9 @@ class GpuPerf:
         if "precision" in self.options:
             overrides["target_precision"] = self.options["precision"]
         if not self.backend.is_host_cpu():
-            # An idle GPU sits at low clocks (345 MHz on the H200) and needs a few hundred ms of load to reach its
-            # boost clock; a short warm-up made the first test of a run read up to 45% slow there. On CUDA the
-            # power warm-up, when it runs, holds the clock and power instead (timing.sampling.ramp_in_warmup).
+            # An idle GPU sits at low clocks and needs a few hundred ms of load to reach its boost clock, or the
+            # first test of a run reads slow. On CUDA the power warm-up, when it runs, holds the clock and power
+            # instead (timing.sampling.ramp_in_warmup).
             overrides["gpu_ramp"] = max(config.gpu_ramp, GPU_WARMUP_SECONDS)
         return replace(config, **overrides) if overrides else config
 
@@ -145,103 +148,76 @@ class GpuPerf:
     ) -> Measurement:
         """Measure ``step`` (a zero-argument callable) and judge it against the baseline.
 
-        Records ``<name>.time`` (seconds per step, device-timed), ``<name>.peak_memory``
-        (bytes, when ``memory``), ``<name>.throughput`` (``items`` per step as
-        ``unit``/s, judged instead of time when given), and ``flop_rate`` /
-        ``bandwidth`` when ``flops`` / ``bytes_moved`` per step are known.
-        Without ``--gpuperf`` the step runs once as a smoke test. A name may be
-        measured once per test.
+        Records ``<name>.time`` (seconds per step, device-timed), ``<name>.peak_memory`` (bytes, when ``memory``),
+        ``<name>.throughput`` (``items`` per step as ``unit``/s, judged instead of time when given), and
+        ``flop_rate`` / ``bandwidth`` when ``flops`` / ``bytes_moved`` per step are known. Without ``--gpuperf``
+        the step runs once as a smoke test. A name may be measured once per test.
         """
         __tracebackhide__ = True  # a bad argument's traceback ends at the test's own line
+        call = self._checked(step, MeasureCall(name, items, unit, flops, bytes_moved, memory))
+        if self.judging is None:
+            return self._kept(self._smoke(step, name), [])
+        stages = Stages(self.context, self.judging, step, self._after_measure)
+        plan = self._plan(step, call)
+        probes = stages.probe(plan)
+        timing = stages.time(plan, probes)
+        metrics = self._names_free(name, stages.metrics(plan, timing, probes))
+        metrics += stages.count(plan, timing, metrics)
+        stages.sink(plan, probes, metrics, confirm_here=not self.confirmed_elsewhere)
+        return self._kept(Measurement(name, {m.name: m for m in metrics}, timing), metrics)
+
+    def _checked(self, step: Callable[[], object], call: MeasureCall) -> MeasureCall:
+        """``measure()``'s arguments, refused with the test's id and the argument when they cannot be measured."""
+        __tracebackhide__ = True
         if not callable(step):
             raise TypeError(
                 f"{self.node_id}: gpuperf.measure() takes the step to time as a zero-argument callable, got "
                 f"{type(step).__name__!s} {short_repr(step)}; pass the work itself, e.g. "
                 "gpuperf.measure(lambda: model(x)), not its result"
             )
-        check_measure_args(self.node_id, name, items, flops, bytes_moved)
-        from pytest_gpuperf.validate import MAX_WORD, name_problem
-
-        problem = name_problem(unit, "unit", MAX_WORD)
+        check_measure_args(self.node_id, call.name, call.items, call.flops, call.bytes_moved)
+        problem = name_problem(call.unit, "unit", MAX_WORD)
         if problem:
-            raise ValueError(f"{self.node_id}: gpuperf.measure(name={name!r}): {problem}")
-        if any(m.name == name for m in self.measurements):
+            raise ValueError(f"{self.node_id}: gpuperf.measure(name={call.name!r}): {problem}")
+        if any(m.name == call.name for m in self.measurements):
             raise ValueError(
-                f"{self.node_id}: gpuperf.measure(name={name!r}) was already called in this test; "
+                f"{self.node_id}: gpuperf.measure(name={call.name!r}) was already called in this test; "
                 "give each measured step its own name (name='forward', name='backward', ...)"
             )
-        if self.judging is None:
-            step()
-            self.backend.synchronize()
-            measurement = Measurement(name=name, smoke=True)
-            self.measurements.append(measurement)
-            return measurement
-        from pytest_gpuperf.judging.plan import plan_measure
-        from pytest_gpuperf.judging.service import judged_timing_metric, suspects
-        from pytest_gpuperf.timing import measure_time
-        from pytest_gpuperf.timing.metrics import host_sync_metrics, timing_metrics
+        return call
 
-        judging = self.judging
+    def _smoke(self, step: Callable[[], object], name: str) -> Measurement:
+        """Without ``--gpuperf``: the step runs once, nothing is measured or judged."""
+        step()
+        self.backend.synchronize()
+        return Measurement(name=name, smoke=True)
+
+    def _plan(self, step: Callable[[], object], call: MeasureCall) -> MeasurePlan:
+        """The plan stage: this test's settings (adjusted for the step), its baseline's, the host calibration."""
+        from pytest_gpuperf.measuring.plan import plan_measure
+
+        assert self.judging is not None
         config = self.measure_config()
         if self.adjust_config is not None:
             config = self.adjust_config(config, step)
-        plan = plan_measure(self.context, judging, config, name, items)
-        self.calibration()  # measured before the first timing of this process, never after a step of it
-        peak = None
-        if memory:
-            step()  # one warm-up call first, so lazy one-time allocations do not stand in for the steady state
-            peak = self.backend.measure_peak_memory(step)
-        timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        judged = judged_timing_metric(name, items)[0]
-        metrics = self._calibrated(timing_metrics(name, timing, items, unit, flops, bytes_moved, judged))
-        metrics += host_sync_metrics(name, self.backend.count_host_syncs(step))
-        self._check_names_free(name, metrics)
-        if peak is not None:
-            note = {"note": self.backend.memory_note()}
-            metrics.append(Metric(f"{name}.peak_memory", peak, "B", "lower", KIND_MEMORY, extra=note))
-        hints = {"items": items, "unit": unit, "flops": flops, "bytes_moved": bytes_moved}
-        metrics += self._counted(step, name, timing, metrics, hints)
-        verdicts = judging.judge(self.context, metrics)
-        if suspects(verdicts) and self._recalibrated(metrics):
-            verdicts = judging.judge(self.context, metrics)  # a suspect judged with this moment's calibration
-        if judging.wants_confirmation(verdicts) and not self.confirmed_elsewhere:
-            again = self._retime(step, name, plan, items, unit, flops, bytes_moved)
-            verdicts = judging.confirm(self.context, verdicts, again, where="a second measurement in this process")
-        judging.store(self.context, verdicts)
-        measurement = Measurement(name=name, metrics={m.name: m for m in metrics}, timing=timing)
+        # the calibration is measured before the first timing of this process, never after a step of it
+        return plan_measure(self.context, self.judging, config, call, self.calibration())
+
+    def _kept(self, measurement: Measurement, metrics: list[Metric]) -> Measurement:
+        """Keep a finished measurement and its metrics on the handle."""
         self.measurements.append(measurement)
         self.metrics.extend(metrics)
         return measurement
 
-    def _check_names_free(self, name: str, metrics: list[Metric]) -> None:
-        """Refuse a measured metric whose name an earlier ``record()`` of this test took (one name, one metric)."""
+    def _names_free(self, name: str, metrics: list[Metric]) -> list[Metric]:
+        """``metrics``, refused when one's name an earlier ``record()`` of this test took (one name, one metric)."""
         taken = {m.name for m in self.metrics} & {m.name for m in metrics}
         if taken:
             raise ValueError(
                 f"{self.node_id}: gpuperf.measure(name={name!r}) produces {', '.join(sorted(map(repr, taken)))}, "
                 "which an earlier gpuperf.record() in this test already used; rename one of them"
             )
-
-    def _recalibrated(self, metrics: list[Metric]) -> bool:
-        """Before a suspected slowdown is confirmed: measure the calibration again (the VM's speed state may have
-        moved since the session's start); True when its metrics now carry another one.
-
-        The kernel is fixed, so the suspect's own regression cannot slow it: on an unchanged machine the verdict
-        stands; in a slower state the time verdicts become inconclusive (another machine state).
-        """
-        if self.calibration() is None:
-            return False
-        from pytest_gpuperf.timing.calibration import host_calibration, set_process_calibration
-
-        fresh = host_calibration()
-        set_process_calibration(fresh)
-        changed = False
-        for metric in metrics:
-            if "calibration" in metric.extra:
-                facts = fresh.facts(str(metric.extra.get("method", "")))
-                changed = changed or facts != {k: metric.extra.get(k) for k in facts}
-                metric.extra.update(facts)
-        return changed
+        return metrics
 
     def calibration(self) -> Calibration | None:
         """This process's calibration on a host-CPU backend (:mod:`pytest_gpuperf.timing.calibration`), else None."""
@@ -250,46 +226,6 @@ class GpuPerf:
         from pytest_gpuperf.timing.calibration import process_calibration
 
         return process_calibration()
-
-    def _calibrated(self, metrics: list[Metric]) -> list[Metric]:
-        """``metrics`` whose timing entries carry the host CPU's calibration under the clock they were timed with."""
-        calibration = self.calibration()
-        if calibration is not None:
-            for metric in metrics:
-                if metric.kind in (KIND_TIME, KIND_THROUGHPUT):
-                    metric.extra.update(calibration.facts(str(metric.extra.get("method", ""))))
-        return metrics
-
-    def _counted(
-        self, step: Callable[[], object], name: str, timing: TimingResult, metrics: list[Metric], hints: dict[str, Any]
-    ) -> list[Metric]:
-        """Metrics the features add (bound verdicts, profiler numbers) through the after-measure hook."""
-        if self._after_measure is None or self.judging is None:
-            return []
-        from pytest_gpuperf.extensions import MeasureContext
-
-        context = MeasureContext(self.context, step, name, timing, list(metrics), self.judging, hints)
-        return list(self._after_measure(context))
-
-    def _retime(
-        self,
-        step: Callable[[], object],
-        name: str,
-        plan: MeasurePlan,
-        items: float | None,
-        unit: str,
-        flops: float | None,
-        bytes_moved: float | None,
-    ) -> dict[str, Metric]:
-        """Time a suspected regression once more in this process (when no fresh process can confirm it)."""
-        from pytest_gpuperf.judging.service import judged_timing_metric
-        from pytest_gpuperf.timing import measure_time
-        from pytest_gpuperf.timing.metrics import timing_metrics
-
-        timing = measure_time(self.backend, step, plan.config, plan.stop_rule)
-        judged = judged_timing_metric(name, items)[0]
-        again = self._calibrated(timing_metrics(name, timing, items, unit, flops, bytes_moved, judged))
-        return {m.name: m for m in again}
 
     def record(self, name: str, value: float | str, unit: str = "", better: Better = "lower") -> Metric:
         """Record any other metric (for example one a script printed) and judge it against its baseline.
@@ -316,8 +252,11 @@ class GpuPerf:
         return metric
 
 
-def handle_for(item: Any, backend: Backend, marker_kwargs: dict[str, Any]) -> GpuPerf:
-    """The ``gpuperf`` handle of a test item: its frozen context, the session's judging service and hooks."""
+def handle_for(item: Any, backend: Backend, marker_kwargs: Mapping[str, Any]) -> GpuPerf:
+    """The ``gpuperf`` handle of a test item: its frozen context, the session's judging service and hooks.
+
+    ``marker_kwargs``: the marker's options, as collection checked them (``MarkerOptions``) or to be checked.
+    """
     import pytest
 
     from pytest_gpuperf.context import MarkerError, build_context

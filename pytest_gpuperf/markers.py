@@ -4,15 +4,16 @@
 ``@pytest.mark.gpuperf_backends(...)`` by :func:`gpuperf_backends_marker` (the way
 pytest-memray validates its markers): an unknown key, a positional argument, a negative,
 non-finite or string tolerance, ``max_time=-1``, ``min_samples=0`` or an empty backend list
-raises :class:`MarkerError` naming the test, the key and the accepted range. The plugin calls
-them at collection (a usage error before anything runs) and the ``gpuperf`` fixture again
-(for handles built elsewhere, e.g. on distributed ranks). Nothing heavy is imported here.
+raises :class:`MarkerError` naming the test, the key and the accepted range. The plugin checks each
+marker once, at collection (a usage error before anything runs), and hands its :class:`MarkerOptions` to the
+``gpuperf`` fixture and the test's context, which take them as checked; options from elsewhere (a rank's task,
+a plain dict) are checked when the context is built. Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pytest_gpuperf.validate import NumberError, positive_int, positive_number
@@ -21,6 +22,27 @@ from pytest_gpuperf.validate import tolerance as tolerance_fraction
 
 class MarkerError(ValueError):
     """A marker argument the plugin cannot use; the message names the test, the key and what is accepted."""
+
+
+class MarkerOptions(Mapping[str, Any]):
+    """The checked options of one ``@pytest.mark.gpuperf(...)``, read-only: what :func:`gpuperf_options` returns."""
+
+    __slots__ = ("_options",)
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self._options = dict(options or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._options[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._options)
+
+    def __len__(self) -> int:
+        return len(self._options)
+
+    def __repr__(self) -> str:
+        return f"MarkerOptions({self._options!r})"
 
 
 def marker_location(function: Any, marker: str, fallback: tuple[str, int] | None = None) -> str:
@@ -176,11 +198,11 @@ def _bind(function: Callable[..., Any], node_id: str, name: str, args: tuple[Any
     return function(*args, **kwargs, where=where)
 
 
-def gpuperf_options(node_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def gpuperf_options(node_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> MarkerOptions:
     """Validate ``@pytest.mark.gpuperf(*args, **kwargs)`` of test ``node_id``; the checked options."""
     if args:
         raise MarkerError(f"{node_id}: @pytest.mark.gpuperf takes keyword arguments only, got {args!r}")
-    return _bind(gpuperf_marker, node_id, "gpuperf", (), dict(kwargs))
+    return MarkerOptions(_bind(gpuperf_marker, node_id, "gpuperf", (), dict(kwargs)))
 
 
 def declared_backends(node_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:

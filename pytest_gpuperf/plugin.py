@@ -29,6 +29,7 @@ from pytest_gpuperf.settings import (
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.fixture import GpuPerf
+    from pytest_gpuperf.markers import MarkerOptions
 
 
 #: Feature plugins, each a light module with its own options, hooks and fixtures.
@@ -45,6 +46,8 @@ pytest_plugins = [
     "pytest_gpuperf.ab.plugin",  # last: its pytest_pyfunc_call must run before the distributed one
 ]
 SYNC_TIMER = "pytest_gpuperf.timing.sync_timer.synchronized_perf_counter"
+#: Each ``gpuperf`` marker checked at collection, by the id of its ``Mark``: (the mark, its checked options).
+MARKER_OPTIONS_KEY = pytest.StashKey["dict[int, tuple[Any, MarkerOptions]]"]()
 
 _TOLERANCE = {"section": "tolerances"}
 
@@ -235,9 +238,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     declared = None
     problem = None
     name = "gpuperf"
+    checked = metafunc.config.stash.setdefault(MARKER_OPTIONS_KEY, {})
     try:
         for mark in metafunc.definition.iter_markers("gpuperf"):
-            gpuperf_options(node_id, mark.args, mark.kwargs)
+            checked[id(mark)] = (mark, gpuperf_options(node_id, mark.args, mark.kwargs))
         name = "gpuperf_backends"
         marker = metafunc.definition.get_closest_marker("gpuperf_backends")
         if marker is not None:
@@ -325,19 +329,28 @@ def gpuperf(request: pytest.FixtureRequest, gpuperf_backend: Backend) -> Iterato
     each step runs once as a smoke test.
     """
     from pytest_gpuperf.fixture import handle_for
-    from pytest_gpuperf.markers import MarkerError, gpuperf_options, marker_location
 
-    marker = request.node.get_closest_marker("gpuperf")
-    try:
-        kwargs = gpuperf_options(request.node.nodeid, marker.args, marker.kwargs) if marker is not None else {}
-    except MarkerError as exc:
-        where = marker_location(getattr(request, "function", None), "gpuperf", request.node.location[:2])
-        kwargs, problem = {}, f"{where}: {exc}"
-    else:
-        problem = ""
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    options = _marker_options(request)
     request.node.stash[BACKEND_KEY] = gpuperf_backend
-    handle = handle_for(request.node, gpuperf_backend, kwargs)
+    handle = handle_for(request.node, gpuperf_backend, options)
     yield handle
     gpuperf_backend.reset_state()
+
+
+def _marker_options(request: pytest.FixtureRequest) -> MarkerOptions:
+    """The checked options of the test's closest ``gpuperf`` marker: those collection checked, else checked now
+    (a marker collection did not see, e.g. one a ``pytest.param`` carries); a bad one fails the test."""
+    from pytest_gpuperf.markers import MarkerError, MarkerOptions, gpuperf_options, marker_location
+
+    marker = request.node.get_closest_marker("gpuperf")
+    if marker is None:
+        return MarkerOptions()
+    seen = request.config.stash.get(MARKER_OPTIONS_KEY, {}).get(id(marker))
+    if seen is not None and seen[0] is marker:
+        return seen[1]
+    try:
+        return gpuperf_options(request.node.nodeid, marker.args, marker.kwargs)
+    except MarkerError as exc:
+        where = marker_location(getattr(request, "function", None), "gpuperf", request.node.location[:2])
+        problem = f"{where}: {exc}"
+    pytest.fail(problem, pytrace=False)

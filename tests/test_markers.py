@@ -170,3 +170,48 @@ def test_strict_with_an_absent_requested_backend_is_a_usage_error(pytester: pyte
     lenient = pytester.runpytest("--gpuperf-backend", "cuda", "-rs", "-p", "no:cacheprovider")
     lenient.assert_outcomes(skipped=1)
     lenient.stdout.fnmatch_lines(["*SKIPPED*cuda backend not available*"])
+
+
+COUNTING_CONFTEST = """
+import pytest_gpuperf.markers as markers
+
+CHECKED = []
+_check = markers.gpuperf_options
+
+
+def counting(node_id, args, kwargs):
+    CHECKED.append(node_id)
+    return _check(node_id, args, kwargs)
+
+
+markers.gpuperf_options = counting
+"""
+
+CHECKED_ONCE = """
+import sys
+
+import pytest
+
+
+@pytest.mark.gpuperf(max_time=0.5)
+@pytest.mark.parametrize("n", [1, 2])
+def test_a(gpuperf, n):
+    assert gpuperf.options["max_time"] == 0.5 and gpuperf.context.options is gpuperf.options
+
+
+@pytest.mark.parametrize("n", [pytest.param(1, marks=pytest.mark.gpuperf(min_samples=0))])
+def test_param_mark(gpuperf, n):
+    pass
+
+
+def test_checked_once():
+    assert sys.modules["conftest"].CHECKED.count("test_checked_once.py::test_a") == 1
+"""
+
+
+def test_the_marker_is_checked_once_at_collection_and_its_options_reused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(COUNTING_CONFTEST)
+    pytester.makepyfile(test_checked_once=CHECKED_ONCE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, errors=1)  # a pytest.param's marker, unseen at collection: checked by the fixture
+    result.stdout.fnmatch_lines(["*test_param_mark*min_samples=...) must be a whole number >= 1, got 0*"])

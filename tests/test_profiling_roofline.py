@@ -311,7 +311,7 @@ def test_a_backend_without_roofs_gets_a_note_not_a_crash() -> None:
             return 0
 
     context = SimpleNamespace(
-        handle=SimpleNamespace(backend=NoRoofs()),
+        test=SimpleNamespace(backend=NoRoofs()),
         hints={"flops": 1e6, "bytes_moved": 1e6},
         timing=SimpleNamespace(typical=1e-3, median=1e-3),
         name="step",
@@ -340,7 +340,7 @@ def _hinted_cpu_context(backend: Any) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(
-        handle=SimpleNamespace(backend=backend),
+        test=SimpleNamespace(backend=backend),
         hints={"flops": 1e9, "bytes_moved": 1e6},
         timing=SimpleNamespace(typical=1e-2, median=1e-2),
         name="step",

@@ -112,27 +112,15 @@ class CudaBackend(TorchBackend):
         return int(torch.cuda.max_memory_allocated())
 
     def count_host_syncs(self, step: Callable[[], object]) -> int | None:
-        """Run ``step`` once under ``torch.cuda.set_sync_debug_mode("warn")``; count its synchronizing operations.
+        """Call ``step`` once under torch's sync debug mode and count its synchronizing operations.
 
         A ``.item()``, a ``nonzero()`` or a device-to-host copy makes the host wait for the GPU once per step:
-        a deterministic count, where the time it costs (a few tens of microseconds behind a host-bound step) can
-        hide inside the host overhead's noise.
+        a deterministic count, where the time it costs can hide inside the host overhead's noise. The same
+        count decides the step's CUDA graph capture (:mod:`pytest_gpuperf.backends.host_syncs`).
         """
-        import warnings
+        from pytest_gpuperf.backends.host_syncs import count_cuda_syncs
 
-        import torch
-
-        previous = torch.cuda.get_sync_debug_mode()
-        torch.cuda.synchronize()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                step()
-            finally:
-                torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.synchronize()
-        return sum(1 for warning in caught if "synchroniz" in str(warning.message))
+        return count_cuda_syncs(step)
 
     def memory_note(self) -> str:
         return "CUDA peak = torch.cuda.max_memory_allocated() after a reset (tensors live during the step)"

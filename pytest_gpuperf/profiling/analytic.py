@@ -44,7 +44,7 @@ def count_for(context: MeasureContext) -> tuple[StepCount | None, str]:
     """FLOPs and bytes of the step: hints first, else one counted call (torch backends); with a note when none."""
     hints = context.hints
     flops_hint, bytes_hint = hints.get("flops"), hints.get("bytes_moved")
-    backend = context.handle.backend
+    backend = context.test.backend
     if not backend.runs_torch:
         if not (flops_hint and bytes_hint):
             return None, (
@@ -90,7 +90,7 @@ def analytic_verdict(
     count, note = count_for(context)
     if count is None:
         return AnalyticResult(None, None, [], note)
-    backend = context.handle.backend
+    backend = context.test.backend
     if not need_roofs and not provider.cached(backend, fingerprint, count.dtype):
         return AnalyticResult(count, None, [], skipped=ROOFS_NOT_NEEDED)
     roofs, why = _device_roofs(provider, backend, fingerprint, count.dtype)

@@ -103,7 +103,7 @@ class ProfilingExtension:
         record = StepProfile(context.name)
         occurrence = self._occurrences.get(context.name, 0)
         self._occurrences[context.name] = occurrence + 1
-        backend = context.handle.backend
+        backend = context.test.backend
         baseline_bound = self._baseline_value(context, f"{context.name}.bound")
         result = analytic_verdict(
             context,
@@ -146,7 +146,7 @@ class ProfilingExtension:
             self.settings.roofs_always
             or bool(getattr(settings, "update", False))
             or baseline_bound is not None
-            or context.handle.options.get("bound") is not None
+            or context.test.options.get("bound") is not None
             or self.roofs.recalibrate
             or (item is not None and (ncu_requested(item, self.settings) or profile_requested(item, self.settings)))
         )
@@ -160,7 +160,7 @@ class ProfilingExtension:
     def _artifact(self, context: MeasureContext, occurrence: int, suffix: str) -> Path:
         from pytest_gpuperf.profiling.torch_trace import artifact_stem
 
-        stem = artifact_stem(context.handle.node_id, context.name)
+        stem = artifact_stem(context.test.node_id, context.name)
         if occurrence:
             stem += f"-{occurrence}"
         return self.settings.artifacts_dir / f"{stem}{suffix}"
@@ -169,7 +169,7 @@ class ProfilingExtension:
         from pytest_gpuperf.profiling.torch_trace import capture_trace
 
         path = self._artifact(context, occurrence, ".trace.json")
-        result = capture_trace(context.handle.backend, context.step, path)
+        result = capture_trace(context.test.backend, context.step, path)
         record.artifacts.append(path)
         record.top_kernels.extend(result.summary().splitlines())
 
@@ -255,17 +255,17 @@ class ProfilingExtension:
         from pytest_gpuperf.profiling.ncu_sol_rules import classify_kernels
         from pytest_gpuperf.profiling.ncu_verdict import disagreement, ncu_metrics
 
-        handle = context.handle
+        test = context.test
         ncu = find_ncu()
         if ncu is None:
-            pytest.skip(f"{handle.node_id}: {NCU_MISSING}")
-        if handle.backend.name != "cuda":
-            record.notes.append(f"ncu: backend {handle.backend.name} runs no CUDA kernels; nothing to capture")
+            pytest.skip(f"{test.node_id}: {NCU_MISSING}")
+        if test.backend.name != "cuda":
+            record.notes.append(f"ncu: backend {test.backend.name} runs no CUDA kernels; nothing to capture")
             return []
         try:
-            capture = self._session_capture(ncu, handle.node_id).capture(handle.node_id, context.name, occurrence)
+            capture = self._session_capture(ncu, test.node_id).capture(test.node_id, context.name, occurrence)
         except NcuUnavailable as exc:
-            pytest.skip(f"{handle.node_id}: Nsight Compute capture unavailable: {exc}")
+            pytest.skip(f"{test.node_id}: Nsight Compute capture unavailable: {exc}")
         if not capture.kernels:
             record.notes.append(f"ncu: no kernel ran in the window of step {context.name!r}")
             return []
@@ -289,10 +289,10 @@ class ProfilingExtension:
     def _check_expected_bound(self, context: MeasureContext, record: StepProfile, metrics: list[Metric]) -> None:
         from pytest_gpuperf.profiling.roofline import normalize_bound
 
-        expected = context.handle.options.get("bound")
+        expected = context.test.options.get("bound")
         if expected is None:
             return
-        node_id = context.handle.node_id
+        node_id = context.test.node_id
         try:
             wanted = normalize_bound(expected, f"{node_id}: @pytest.mark.gpuperf(bound=...)")
         except ValueError as exc:
@@ -368,11 +368,11 @@ class NcuChildExtension:
         """Bracket one call of the step (after the child's short measuring) and record whose window it is."""
         from pytest_gpuperf.profiling.ncu_capture import bracket_step
 
-        handle = context.handle
-        if handle.backend.name != "cuda":
+        test = context.test
+        if test.backend.name != "cuda":
             return []
-        index = self._seen.get((handle.node_id, context.name), 0)
-        self._seen[(handle.node_id, context.name)] = index + 1
-        key = (handle.node_id, context.name, index)
-        bracket_step(handle.backend, context.step, self.manifest, key, self._keys.get(handle.node_id))
+        index = self._seen.get((test.node_id, context.name), 0)
+        self._seen[(test.node_id, context.name)] = index + 1
+        key = (test.node_id, context.name, index)
+        bracket_step(test.backend, context.step, self.manifest, key, self._keys.get(test.node_id))
         return []

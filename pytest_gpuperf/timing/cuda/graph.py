@@ -54,6 +54,11 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
     """Capture ``iters`` (capped at :data:`MAX_GRAPH_CALLS`) calls of ``step``; (None, reason) when it cannot."""
     import torch
 
+    from pytest_gpuperf.backends.host_syncs import HOST_SYNC_MESSAGE, count_cuda_syncs, host_syncs_known
+
+    known = host_syncs_known(step)  # counted by the measuring pipeline's probe stage, or None
+    if known:
+        return None, f"RuntimeError: {HOST_SYNC_MESSAGE}"
     iters = max(1, min(iters, MAX_GRAPH_CALLS))
     graph = None
     generator = torch.cuda.default_generators[torch.cuda.current_device()]
@@ -65,8 +70,10 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
         with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
             # A step that synchronizes with the host (``.item()``, a CPU copy) cannot be captured, and a capture
             # that fails part-way leaves torch's CUDA RNG in capture state ("Offset increment outside graph
-            # capture"), breaking every later random op: detect the sync here, before any capture starts.
-            _call_forbidding_syncs(step)
+            # capture"), breaking every later random op: detect the sync before any capture starts (here when
+            # the probe stage did not count them).
+            if known is None and count_cuda_syncs(step):
+                raise RuntimeError(HOST_SYNC_MESSAGE)
             step()
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
@@ -92,18 +99,3 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return GraphTimer(graph, iters), ""
 
-
-def _call_forbidding_syncs(step: Callable[[], object]) -> None:
-    """Call ``step`` with torch's sync debug mode set to raise on a host synchronization (its warning silenced)."""
-    import warnings
-
-    import torch
-
-    previous = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Synchronization debug mode is a prototype feature"
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            step()
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
