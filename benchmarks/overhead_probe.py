@@ -31,7 +31,7 @@ SPANS: list[tuple[str, str]] = [
     ("probes (warm call, memory, syncs)", "pytest_gpuperf.measuring.probes:probe"),
     ("  memory pass", "pytest_gpuperf.backends.cpu:CpuBackend.measure_peak_memory"),
     ("  memory pass", "pytest_gpuperf.backends.cuda:CudaBackend.measure_peak_memory"),
-    ("  sync check", "pytest_gpuperf.backends.host_syncs:count_cuda_syncs"),
+    ("  sync check", "pytest_gpuperf.timing.cuda.host_syncs:count_cuda_syncs"),
     ("measuring loop", "pytest_gpuperf.timing:measure_time"),
     ("  warm-up", "pytest_gpuperf.timing.warmup:warm_up"),
     ("  graph capture", "pytest_gpuperf.timing.cuda.graph:capture"),

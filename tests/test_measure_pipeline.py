@@ -11,24 +11,25 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.backends.host_syncs import (
+from pytest_gpuperf.backends.base import Backend
+from pytest_gpuperf.context import build_context
+from pytest_gpuperf.fixture import GpuPerf
+from pytest_gpuperf.judging.service import FixedBaselines, Judging
+from pytest_gpuperf.measuring.pipeline import IN_PROCESS, Stages
+from pytest_gpuperf.timing import MeasureConfig
+from pytest_gpuperf.timing.cuda.host_syncs import (
     HOST_SYNC_MESSAGE,
     PROTOTYPE_NOTICE,
     count_cuda_syncs,
     host_syncs_known,
     known_host_syncs,
 )
-from pytest_gpuperf.context import build_context
-from pytest_gpuperf.fixture import GpuPerf
-from pytest_gpuperf.judging.service import FixedBaselines, Judging
-from pytest_gpuperf.measuring.pipeline import IN_PROCESS, Stages
-from pytest_gpuperf.timing import MeasureConfig
 from tests.test_judging import NODE, FakeBackend, settings, time_entry
 
 FAST = MeasureConfig(max_time=0.05, min_samples=3, warmup_time=0.0, warmup_calls=2, target_precision=0.5)
 
 
-class ProbedBackend(FakeBackend):
+class ProbedBackend(FakeBackend, Backend):
     """A device-free backend that counts its probes and sees, while timing, the sync count held for the step."""
 
     runs_torch = False
@@ -36,6 +37,9 @@ class ProbedBackend(FakeBackend):
     def __init__(self) -> None:
         self.probes: Counter[str] = Counter()
         self.held: set[int | None] = set()
+
+    def availability(self) -> str | None:
+        return None
 
     def synchronize(self) -> None: ...
 

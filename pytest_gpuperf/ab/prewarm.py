@@ -22,7 +22,7 @@ LAZY_MODULES = (
     "pytest_gpuperf.timing.cuda.power_state",
     "pytest_gpuperf.measuring.plan",
     "pytest_gpuperf.measuring.probes",
-    "pytest_gpuperf.backends.host_syncs",
+    "pytest_gpuperf.timing.cuda.host_syncs",
     "pytest_gpuperf.judging.service",
     "pytest_gpuperf.judging.compare",
     "pytest_gpuperf.profiling.analytic",

@@ -116,9 +116,9 @@ class CudaBackend(TorchBackend):
 
         A ``.item()``, a ``nonzero()`` or a device-to-host copy makes the host wait for the GPU once per step:
         a deterministic count, where the time it costs can hide inside the host overhead's noise. The same
-        count decides the step's CUDA graph capture (:mod:`pytest_gpuperf.backends.host_syncs`).
+        count decides the step's CUDA graph capture (:mod:`pytest_gpuperf.timing.cuda.host_syncs`).
         """
-        from pytest_gpuperf.backends.host_syncs import count_cuda_syncs
+        from pytest_gpuperf.timing.cuda.host_syncs import count_cuda_syncs
 
         return count_cuda_syncs(step)
 

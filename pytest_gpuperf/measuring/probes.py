@@ -5,7 +5,7 @@
 2. **peak memory** (``memory=True``): the backend's ``measure_peak_memory``, one call;
 3. **the sync check**: the backend's ``count_host_syncs`` (one call on CUDA under torch's sync debug mode; no call
    where the backend cannot count). Its count is the ``host_syncs`` metric and, held while the step is timed
-   (:func:`pytest_gpuperf.backends.host_syncs.known_host_syncs`), decides the CUDA graph capture, which then
+   (:func:`pytest_gpuperf.timing.cuda.host_syncs.known_host_syncs`), decides the CUDA graph capture, which then
    does not call the step under the debug mode again.
 
 The FLOP/byte count is the count stage's: one call, made by the feature that classifies the step
@@ -36,7 +36,7 @@ class Probes:
     @contextmanager
     def held_for(self, step: Callable[[], object]) -> Iterator[None]:
         """Hold the sync check's count while ``step`` is timed (the graph capture reads it)."""
-        from pytest_gpuperf.backends.host_syncs import known_host_syncs
+        from pytest_gpuperf.timing.cuda.host_syncs import known_host_syncs
 
         with known_host_syncs(step, self.host_syncs):
             yield

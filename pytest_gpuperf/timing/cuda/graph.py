@@ -54,7 +54,7 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
     """Capture ``iters`` (capped at :data:`MAX_GRAPH_CALLS`) calls of ``step``; (None, reason) when it cannot."""
     import torch
 
-    from pytest_gpuperf.backends.host_syncs import HOST_SYNC_MESSAGE, count_cuda_syncs, host_syncs_known
+    from pytest_gpuperf.timing.cuda.host_syncs import HOST_SYNC_MESSAGE, count_cuda_syncs, host_syncs_known
 
     known = host_syncs_known(step)  # counted by the measuring pipeline's probe stage, or None
     if known:
