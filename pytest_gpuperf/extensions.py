@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.results import Metric
+    from pytest_gpuperf.settings import Settings
     from pytest_gpuperf.timing import TimingResult
+
+
+class PerfSession(Protocol):
+    """What a feature may read of the active ``--gpuperf`` session (``session.GpuperfSession``, found under
+    ``keys.SESSION_KEY``): its settings and its judging service. Features type the session by this, never by the
+    hook layer's class."""
+
+    settings: Settings
+    judging: Judging
 
 
 @dataclass

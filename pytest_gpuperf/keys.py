@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from pytest_gpuperf.backends.base import Backend  # noqa: F401 - used in a StashKey's string type
-    from pytest_gpuperf.session import GpuperfSession  # noqa: F401 - used in the StashKey's string type
+# The keys' values are typed Any: this plain-data module is imported by every layer, so it names no class of the
+# layers above it (the session of the hook layer, a backend of the device layer).
 
-#: The active measuring session; present only under ``--gpuperf`` / ``--gpuperf-update``.
-SESSION_KEY = pytest.StashKey["GpuperfSession"]()
-#: On a test item: the backend this instance runs on (set by the ``gpuperf_backend`` fixture).
-BACKEND_KEY = pytest.StashKey["Backend"]()
+#: The active measuring session (a ``session.GpuperfSession``); present only under ``--gpuperf`` / ``--gpuperf-update``.
+SESSION_KEY = pytest.StashKey[Any]()
+#: On a test item: the backend this instance runs on (a ``backends.base.Backend``, set by the ``gpuperf_backend``
+#: fixture).
+BACKEND_KEY = pytest.StashKey[Any]()
 #: On a test item: the world size its metrics are judged under (set by the distributed feature before setup).
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 #: The session's fresh-process replica workers (started on first use by the distributed feature).

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuperf.backends.fingerprint import baseline_filename
 from pytest_gpuperf.baselines import BaselineFile
 from pytest_gpuperf.baselines.recording import Recorder
 from pytest_gpuperf.baselines.sources import FileBaselines
 from pytest_gpuperf.baselines.update import metric_to_entry
 from pytest_gpuperf.context import MarkerError, TestContext, build_context
-from pytest_gpuperf.fingerprint import baseline_filename
 from pytest_gpuperf.judging.collecting import CollectingJudging
 from pytest_gpuperf.judging.service import FixedBaselines, Judging, judged_timing_metric
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric

@@ -12,7 +12,7 @@ import torch
 
 from pytest_gpuperf.backends import cpu_threads
 from pytest_gpuperf.backends.cpu import CpuBackend
-from pytest_gpuperf.fingerprint import software_differences
+from pytest_gpuperf.backends.fingerprint import software_differences
 from pytest_gpuperf.timing import MeasureConfig, TimingResult, measure_time
 from pytest_gpuperf.timing.contention import (
     ContentionGuard,

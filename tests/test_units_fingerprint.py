@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pytest_gpuperf.fingerprint import baseline_filename, describe, identity, software_differences
+from pytest_gpuperf.backends.fingerprint import baseline_filename, describe, identity, software_differences
 from pytest_gpuperf.units import format_bytes, format_change, format_rate, format_seconds, format_value
 
 H200 = {

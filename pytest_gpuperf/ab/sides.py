@@ -16,7 +16,7 @@ from pytest_gpuperf.settings import command_line_value, get_option, registered_o
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.gitref import Worktree
-    from pytest_gpuperf.session import GpuperfSession
+    from pytest_gpuperf.extensions import PerfSession
 
 
 #: Options a worker does not take from the controller's command line (the controller reports, records, judges).
@@ -77,7 +77,7 @@ def test_args(config: pytest.Config) -> list[str]:
     return found
 
 
-def worker_args(config: pytest.Config, session: GpuperfSession) -> list[str]:
+def worker_args(config: pytest.Config, session: PerfSession) -> list[str]:
     """Flags every worker gets: the working tree's baselines (both sides time the same way), budget, filters."""
     args = ["-o", f"gpuperf_baselines={session.settings.baselines_dir}"]
     args += ["-o", f"gpuperf_max_time={get_option(config, 'gpuperf_ab_max_time')}"]
@@ -107,7 +107,7 @@ def workers_cache(config: pytest.Config) -> Path | None:
 
 
 def build_runner(
-    config: pytest.Config, session: GpuperfSession, worktree: Worktree, tree: Path
+    config: pytest.Config, session: PerfSession, worktree: Worktree, tree: Path
 ) -> tuple[AbRunner, list[str]]:
     """The runner of both sides and the warnings about what A/B cannot guarantee."""
     wt = worktree.path

@@ -15,10 +15,10 @@ from pytest_gpuperf.settings import get_option
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.runner import AbOutcome, AbRunner
+    from pytest_gpuperf.extensions import PerfSession
     from pytest_gpuperf.hookspecs import FailureReason, ReportSection, SummarySection, VerdictsInstead
     from pytest_gpuperf.reporting.records import TestRecord
     from pytest_gpuperf.results import Verdict
-    from pytest_gpuperf.session import GpuperfSession
 
 PERF_FIXTURES = ("gpuperf", "gpuperf_torchrun")
 #: What the process that checked REF out hands to its pytest-xdist workers (they inherit its environment):
@@ -32,7 +32,7 @@ class AbState:
     summary hooks of :mod:`pytest_gpuperf.hookspecs`)."""
 
     config: pytest.Config
-    session: GpuperfSession
+    session: PerfSession
     worktree: Worktree
     tree: Path
     runner: AbRunner | None = None
@@ -46,7 +46,7 @@ class AbState:
     scanner: threading.Thread | None = None
 
     @classmethod
-    def start(cls, config: pytest.Config, session: GpuperfSession, ref: str) -> AbState:
+    def start(cls, config: pytest.Config, session: PerfSession, ref: str) -> AbState:
         """Resolve REF and check it out (an xdist worker reuses its controller's worktree)."""
         from pytest_gpuperf.ab.gitref import check_ref_name
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.ab.gitref import Worktree
     from pytest_gpuperf.ab.runner import AbOutcome
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.session import GpuperfSession
+    from pytest_gpuperf.extensions import PerfSession
 
 JUDGED_KINDS = ("time", "throughput", "memory")
 
@@ -79,7 +79,7 @@ def _context(item: pytest.Function, world_size: int) -> TestContext:
     return build_context(item.nodeid, backend, dict(marker.kwargs) if marker else {}, world_size)
 
 
-def _record_update(session: GpuperfSession, context: TestContext, evidence: TestEvidence) -> None:
+def _record_update(session: PerfSession, context: TestContext, evidence: TestEvidence) -> None:
     """Under ``--gpuperf-update``: record the metrics of the B process with the median judged time.
 
     Through the judging service's ``store`` (its updater validates and writes them when the test passes).
@@ -98,7 +98,7 @@ def _record_update(session: GpuperfSession, context: TestContext, evidence: Test
 
 
 def apply_evidence(
-    session: GpuperfSession, worktree: Worktree, item: pytest.Function, evidence: TestEvidence, outcome: AbOutcome
+    session: PerfSession, worktree: Worktree, item: pytest.Function, evidence: TestEvidence, outcome: AbOutcome
 ) -> tuple[dict[str, Any], VerdictsInstead]:
     """The A/B record of ``item`` and the verdicts it reports in place of the stored-baseline ones (fails or skips
     like B did)."""

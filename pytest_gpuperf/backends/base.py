@@ -53,7 +53,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def fingerprint(self) -> dict[str, Any]:
-        """Hardware and software identity; see :mod:`pytest_gpuperf.fingerprint`."""
+        """Hardware and software identity; see :mod:`pytest_gpuperf.backends.fingerprint`."""
 
     @abc.abstractmethod
     def synchronize(self) -> None:

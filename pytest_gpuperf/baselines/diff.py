@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_gpuperf.validate import number_or_none
 
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_gpuperf.baselines.ref import GitRef
 
 
@@ -138,3 +140,16 @@ def diff_against_ref(ref: GitRef, directory: Path) -> list[BaselineChange]:
         elif old is not None and new is not None:
             changes += diff_tests(file, old.stored, new.stored)
     return changes
+
+
+def ref_changes(config: pytest.Config) -> dict[str, Any] | None:
+    """Under ``--gpuperf-baseline-ref``: the ref, its commit and the entries the working tree changes against it."""
+    from pytest_gpuperf.baselines.ref import REF_KEY
+    from pytest_gpuperf.keys import SESSION_KEY
+
+    ref = config.stash.get(REF_KEY, None)
+    session = config.stash.get(SESSION_KEY, None)
+    if ref is None or session is None:
+        return None
+    changes = [c.as_dict() for c in diff_against_ref(ref, session.settings.baselines_dir)]
+    return {"ref": ref.ref, "commit": ref.commit, "changes": changes}

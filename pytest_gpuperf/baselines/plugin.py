@@ -3,7 +3,7 @@
 * ``--gpuperf-update-all``: like ``--gpuperf-update``, but every entry of the tests that ran is
   rewritten (by default an entry within its tolerance is kept byte for byte);
 * ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
-  ``pytest_gpuperf_baseline_loader``), and :func:`ref_changes` lists the entries the working tree
+  ``pytest_gpuperf_baseline_loader``), and :func:`.diff.ref_changes` lists the entries the working tree
   changes against it for the reports;
 * a ``gpuperf_baselines`` path that is a file is one usage error, not a failure per test;
 * under ``--gpuperf-update`` the session's sink is the :class:`~pytest_gpuperf.baselines.recording.Recorder`:
@@ -52,7 +52,6 @@ BASELINE_OPTIONS: list[tuple[Any, ...]] = [
         "re-record never loosens the gate silently",
     ),
 ]
-REF_KEY = pytest.StashKey["GitRef"]()
 TRACKER_NAME = "gpuperf-baseline-tracker"
 
 
@@ -85,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     ref_name = get_option(config, "--gpuperf-baseline-ref")
     if ref_name:
-        from pytest_gpuperf.baselines.ref import GitRef, GitRefError
+        from pytest_gpuperf.baselines.ref import REF_KEY, GitRef, GitRefError
 
         try:
             config.stash[REF_KEY] = GitRef.resolve(ref_name, directory)
@@ -97,20 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_gpuperf_baseline_loader(config: pytest.Config) -> Any:
     """Under ``--gpuperf-baseline-ref``: read every baseline file from the git ref (the ranks get its entries)."""
+    from pytest_gpuperf.baselines.ref import REF_KEY
+
     ref = config.stash.get(REF_KEY, None)
     return ref.loader() if ref is not None else None
-
-
-def ref_changes(config: pytest.Config) -> dict[str, Any] | None:
-    """Under ``--gpuperf-baseline-ref``: the ref, its commit and the entries the working tree changes against it."""
-    ref = config.stash.get(REF_KEY, None)
-    session = config.stash.get(SESSION_KEY, None)
-    if ref is None or session is None:
-        return None
-    from pytest_gpuperf.baselines.diff import diff_against_ref
-
-    changes = [c.as_dict() for c in diff_against_ref(ref, session.settings.baselines_dir)]
-    return {"ref": ref.ref, "commit": ref.commit, "changes": changes}
 
 
 class BaselineTracker:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.schema import BaselineFile
 
@@ -131,3 +133,7 @@ class RefLoader:
 
 #: Files parsed at a commit, by (commit, working-tree path); shared read-only like the working tree's cache.
 _PARSED_AT_REF: dict[tuple[str, str], BaselineFile | None] = {}
+
+
+#: The resolved ``--gpuperf-baseline-ref`` of the session (set by the baselines plugin at configure).
+REF_KEY = pytest.StashKey["GitRef"]()

@@ -44,7 +44,7 @@ class FileBaselines:
 
     def path(self, context: TestContext) -> Path:
         """Where the baselines of the context's fingerprint live."""
-        from pytest_gpuperf.fingerprint import baseline_filename
+        from pytest_gpuperf.backends.fingerprint import baseline_filename
 
         return self.settings.baselines_dir / baseline_filename(self.fingerprint(context))
 
@@ -60,8 +60,8 @@ class FileBaselines:
         """The loaded baseline file of the context (None if absent); errors fail the test naming file and line."""
         import pytest
 
+        from pytest_gpuperf.backends.fingerprint import identity
         from pytest_gpuperf.baselines import BaselineError
-        from pytest_gpuperf.fingerprint import identity
 
         path = self.path(context)
         if path not in self._files:

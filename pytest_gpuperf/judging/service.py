@@ -170,7 +170,7 @@ class Judging:
 
     def report_context(self, node_id: str) -> dict[str, Any]:
         """Fingerprint, baseline file and software differences of a judged test, for reports."""
-        from pytest_gpuperf.fingerprint import software_differences
+        from pytest_gpuperf.backends.fingerprint import software_differences
 
         context = self.contexts.get(node_id)
         if context is None:

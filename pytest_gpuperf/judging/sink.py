@@ -65,7 +65,7 @@ class Lookup:
 
     def where(self) -> str:
         """The fingerprint in words, for verdict messages."""
-        from pytest_gpuperf.fingerprint import describe
+        from pytest_gpuperf.backends.fingerprint import describe
 
         return describe(self.fingerprint())
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.fingerprint import baseline_filename
+from pytest_gpuperf.backends.fingerprint import baseline_filename
 
 CACHE_PREFIX = "gpuperf/roofs/"
 CACHE_VERSION = 3

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.baselines.plugin import ref_changes
+from pytest_gpuperf.baselines.diff import ref_changes
 from pytest_gpuperf.keys import SESSION_KEY
 from pytest_gpuperf.settings import get_option
 

@@ -76,7 +76,7 @@ def _param(nodeid: str) -> str | None:
 
 def benchmark_entries(record: TestRecord) -> list[dict[str, Any]]:
     """pytest-benchmark ``benchmarks`` entries of one test: one per timed step with samples."""
-    from pytest_gpuperf.fingerprint import describe
+    from pytest_gpuperf.backends.fingerprint import describe
 
     verdicts = record.verdicts
     by_step: dict[str, list[dict[str, Any]]] = {}

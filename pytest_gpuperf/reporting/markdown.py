@@ -75,7 +75,7 @@ def _relative(path: str) -> str:
 
 
 def _fingerprint_lines(devices: list[dict[str, Any]]) -> list[str]:
-    from pytest_gpuperf.fingerprint import describe
+    from pytest_gpuperf.backends.fingerprint import describe
 
     lines = []
     for device in devices:

@@ -212,6 +212,30 @@ def _draw_roofs(ax: Any, roofs: DeviceRoofs, grid: list[float], y_lo: float) -> 
             ax.text(ridge * 1.08, y_lo * 1.6, f"ridge {ridge:.3g} FLOP/B", fontsize=8, color=color, rotation=90)
 
 
+def _draw_points(ax: Any, points: list[RooflinePoint]) -> None:
+    """The steps as markers by verdict (regressions on top), ringed red where the count exceeds its roof."""
+    seen_labels: set[str] = set()
+    for point in sorted(points, key=lambda p: p.status == "regression"):
+        style = STYLE.get(point.status, DEFAULT_STYLE)
+        label = style["label"] if style["label"] not in seen_labels else None
+        seen_labels.add(style["label"])
+        ax.scatter(
+            [point.intensity],
+            [point.flop_rate],
+            c=style["color"],
+            marker=style["marker"],
+            s=style["s"],
+            edgecolors="#b00000" if point.flag else "black",
+            linewidths=2.0 if point.flag else 0.6,
+            zorder=5,
+            label=label,
+        )
+    if any(point.flag for point in points):
+        ax.scatter(
+            [], [], s=80, facecolors="none", edgecolors="#b00000", linewidths=2.0, label="over its roof: counting error"
+        )
+
+
 def draw_roofline(
     path: Path,
     title: str,
@@ -243,26 +267,7 @@ def draw_roofline(
     _draw_roofs(ax, roofs, grid, y_lo)
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, y_hi)
-    seen_labels: set[str] = set()
-    for point in sorted(points, key=lambda p: p.status == "regression"):
-        style = STYLE.get(point.status, DEFAULT_STYLE)
-        label = style["label"] if style["label"] not in seen_labels else None
-        seen_labels.add(style["label"])
-        ax.scatter(
-            [point.intensity],
-            [point.flop_rate],
-            c=style["color"],
-            marker=style["marker"],
-            s=style["s"],
-            edgecolors="#b00000" if point.flag else "black",
-            linewidths=2.0 if point.flag else 0.6,
-            zorder=5,
-            label=label,
-        )
-    if any(point.flag for point in points):
-        ax.scatter(
-            [], [], s=80, facecolors="none", edgecolors="#b00000", linewidths=2.0, label="over its roof: counting error"
-        )
+    _draw_points(ax, points)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)", fontsize=11)
     ax.set_ylabel("achieved throughput (FLOP/s)", fontsize=11)
     ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=12)
@@ -287,7 +292,7 @@ def write_rooflines(
     records: list[TestRecord], directory: Path, root: Path, run_label: str
 ) -> tuple[list[Path], list[str]]:
     """One PNG per device under ``directory``; returns the files and notes (devices with nothing to plot)."""
-    from pytest_gpuperf.fingerprint import describe
+    from pytest_gpuperf.backends.fingerprint import describe
 
     by_device: dict[str, list[TestRecord]] = {}
     for record in records:

@@ -42,7 +42,7 @@ class TestRecord:
 
 def device_key(fingerprint: dict[str, Any]) -> str:
     """A file-name-safe key of a fingerprint's identity (the baseline file's stem)."""
-    from pytest_gpuperf.fingerprint import baseline_filename
+    from pytest_gpuperf.backends.fingerprint import baseline_filename
 
     return baseline_filename(fingerprint).removesuffix(".yaml")
 
