@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable
 
-#: ``--gpuperf-update`` writes a slower time/throughput entry only with this flag (or ``--gpuperf-update-all``).
+#: ``--gpuperf-update`` writes a slower time/throughput entry only with this flag (or ``gpuperf_update_all``).
 ACCEPT_SLOWER = "--gpuperf-accept-slower"
 
 

@@ -50,7 +50,7 @@ class MeasureContext:
         """The value the baseline file holds for one of this test's metrics, also under ``--gpuperf-update``.
 
         A re-record classifies a step near a class boundary as the file does (the hysteresis the judge applies),
-        so an unchanged re-record leaves the line as it is; None under ``--gpuperf-update-all`` or without one.
+        so an unchanged re-record leaves the line as it is; None under ``gpuperf_update_all`` or without one.
         """
         entry = self.judging.stored_entry(self.test, metric_name)
         return entry.get("value") if entry else None

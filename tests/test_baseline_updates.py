@@ -88,7 +88,7 @@ def test_rerecording_unchanged_code_gives_a_zero_line_diff_and_a_moved_metric_on
     )
 
     second = path.read_text()
-    everything = pytester.runpytest("--gpuperf-update-all", *FLAGS)  # implies --gpuperf-update
+    everything = pytester.runpytest("-o", "gpuperf_update_all=true", *FLAGS)  # implies --gpuperf-update
     everything.assert_outcomes(passed=2)
     assert _changed_lines(second, path.read_text()) == ["-      value: 1000000", "+      value: 1010000"]
 

@@ -16,7 +16,7 @@ def test_plain():
 FLAGS = {
     "--gpuperf",
     "--gpuperf-update",
-    "--gpuperf-update-all",
+    "--gpuperf-bisect",
     "--gpuperf-accept-slower",
     "--gpuperf-backend",
     "--gpuperf-strict",

@@ -169,8 +169,8 @@ def test_update_keeps_entries_of_tests_that_did_not_run(pytester: pytest.Pyteste
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=2)
     [path] = baseline_files(pytester)
     before = yaml.safe_load(path.read_text())["tests"]
-    # --gpuperf-update-all: rewrite test_first's entries even where they stayed within tolerance
-    pytester.runpytest("--gpuperf-update-all", *fast_args, "-k", "first").assert_outcomes(passed=1)
+    # gpuperf_update_all: rewrite test_first's entries even where they stayed within tolerance
+    pytester.runpytest("-o", "gpuperf_update_all=true", *fast_args, "-k", "first").assert_outcomes(passed=1)
     after = yaml.safe_load(path.read_text())["tests"]
     assert set(after) == {"test_two.py::test_first[cpu]", "test_two.py::test_second[cpu]"}
     assert after["test_two.py::test_second[cpu]"] == before["test_two.py::test_second[cpu]"]

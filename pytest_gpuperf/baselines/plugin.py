@@ -1,6 +1,6 @@
 """pytest hooks of the baseline store; imported at start-up, so nothing heavy at module level.
 
-* ``--gpuperf-update-all``: like ``--gpuperf-update``, but every entry of the tests that ran is
+* ``gpuperf_update_all`` (``-o gpuperf_update_all=true``): like ``--gpuperf-update``, but every entry of the tests that ran is
   rewritten (by default an entry within its tolerance is kept byte for byte);
 * ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
   ``pytest_gpuperf_baseline_loader``), and :func:`.diff.ref_changes` lists the entries the working tree
@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 
 BASELINE_OPTIONS: list[tuple[Any, ...]] = [
     (
-        "--gpuperf-update-all",
+        "gpuperf_update_all",
         "bool",
         False,
-        "like --gpuperf-update, but rewrite every entry of the tests that ran "
+        "implies --gpuperf-update, and rewrites every entry of the tests that ran "
         "(by default an entry within its tolerance is kept unchanged, so the diff shows only what moved)",
+        {"section": "baselines"},
     ),
     (
         "--gpuperf-baseline-ref",
@@ -56,15 +57,15 @@ TRACKER_NAME = "gpuperf-baseline-tracker"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the baseline flags (``--gpuperf-update-all``, ``-baseline-ref``, ``-accept-slower``) and ini twins."""
+    """Register the baseline flags (``--gpuperf-baseline-ref``, ``-accept-slower``) and ``gpuperf_update_all``."""
     add_options(parser, BASELINE_OPTIONS, "baselines")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``--gpuperf-update-all`` and ``--gpuperf-accept-slower`` imply ``--gpuperf-update`` (set before the core
+    """``gpuperf_update_all`` and ``--gpuperf-accept-slower`` imply ``--gpuperf-update`` (set before the core
     reads its options)."""
-    if get_option(config, "--gpuperf-update-all") or get_option(config, "--gpuperf-accept-slower"):
+    if get_option(config, "gpuperf_update_all") or get_option(config, "--gpuperf-accept-slower"):
         config.option.gpuperf_update = True
 
 

@@ -36,7 +36,7 @@ def choose_sink(config: pytest.Config, settings: Settings) -> Sink:
     from pytest_gpuperf.settings import get_option
 
     recorder = Recorder(
-        settings.processes, get_option(config, "--gpuperf-update-all"), get_option(config, "--gpuperf-accept-slower")
+        settings.processes, get_option(config, "gpuperf_update_all"), get_option(config, "--gpuperf-accept-slower")
     )
     config.pluginmanager.register(recorder.updater, UPDATER_NAME)
     return recorder

@@ -10,7 +10,7 @@
   optimised test changes only the metrics that moved.
 * Re-recording never loosens a time/throughput entry silently: one that measured
   slower past its tolerance keeps the stored entry and is listed, unless
-  ``--gpuperf-accept-slower`` (or ``--gpuperf-update-all``, which rewrites every
+  ``--gpuperf-accept-slower`` (or ``gpuperf_update_all``, which rewrites every
   entry of the tests that ran). The summary lists every judged entry that moved, old -> new.
 * An informational entry (recorded, never judged: a roof share, a rank's rate) is
   written only when it is new or when a judged entry of its test is rewritten.
