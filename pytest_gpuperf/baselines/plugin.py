@@ -1,8 +1,7 @@
 """pytest hooks of the baseline store; imported at start-up, so nothing heavy at module level.
 
 * ``gpuperf_update_all`` (``-o gpuperf_update_all=true``): like ``--gpuperf-update``, but every entry of the
-  tests that ran is
-  rewritten (by default an entry within its tolerance is kept byte for byte);
+  tests that ran is rewritten (by default an entry within its tolerance is kept byte for byte);
 * ``--gpuperf-baseline-ref REF``: every baseline file is read from a git ref (through
   ``pytest_gpuperf_baseline_loader``), and :func:`.diff.ref_changes` lists the entries the working tree
   changes against it for the reports;
