@@ -123,14 +123,14 @@ class Worktree:
 
 def _process_identity(pid: int) -> str:
     """``pid`` and, where /proc has it, the process's start time (a recycled pid does not match it)."""
-    from pytest_gpuperf.distributed.processes import process_start_time
+    from pytest_gpuperf.procs.lifetime import process_start_time
 
     return f"{pid} {process_start_time(pid)}".strip()
 
 
 def _owner_alive(holder: Path) -> bool:
     """True unless ``holder``'s owner file names a process that no longer runs (a killed A/B run)."""
-    from pytest_gpuperf.distributed.processes import process_alive
+    from pytest_gpuperf.procs.lifetime import process_alive
 
     try:
         pid, *started = (holder / OWNER_FILE).read_text().split()
