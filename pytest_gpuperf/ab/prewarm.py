@@ -1,10 +1,9 @@
 """What a gated A/B worker does while it waits for its turn: the one-time costs of its first test, paid early.
 
-A worker's first test cost about 0.3 s more than its others on the H200 (the FLOP/byte counter's first dispatch,
-cuBLAS's handle and workspace, the lazily imported judging and timing modules): median 1.53 s against 1.22 s. A gated
-worker waits before its turn (its start-up overlaps the other side's workers), so it pays those costs then (0.8 s
-on the H200), and its first test's median went to 1.26 s. Nothing here is timed or judged; the GPU work is a few
-small matmuls, done before the worker says it is ready.
+A worker's first test costs more than its others (the FLOP/byte counter's first dispatch, cuBLAS's handle and
+workspace, the lazily imported judging and timing modules). A gated worker waits before its turn (its start-up
+overlaps the other side's workers), so it pays those costs then, and its first test measures like the others.
+Nothing here is timed or judged; the GPU work is a few small matmuls, done before the worker says it is ready.
 """
 
 from __future__ import annotations

@@ -18,11 +18,23 @@ OWNER_FILE = "owner"
 STALE_SECONDS = 3600.0
 
 
+def claim(directory: Path) -> None:
+    """Name this process (pid and start time: a recycled pid does not match) as ``directory``'s owner."""
+    (directory / OWNER_FILE).write_text(f"{os.getpid()} {process_start_time(os.getpid())}\n")
+
+
+def owner_alive(directory: Path) -> bool:
+    """True while the process ``directory``'s owner file names runs; OSError without an owner file, ValueError
+    when it names no process."""
+    pid_text, _, start = (directory / OWNER_FILE).read_text().strip().partition(" ")
+    return process_alive(int(pid_text), start)
+
+
 def make_pool_dir(label: str) -> Path:
     """A fresh private folder ``gpuperf-pool-<label>-*`` in the temp dir, naming this process as its owner."""
     sweep_stale_pool_dirs()
     directory = Path(tempfile.mkdtemp(prefix=f"{POOL_DIR_PREFIX}{label}-"))
-    (directory / OWNER_FILE).write_text(f"{os.getpid()} {process_start_time(os.getpid())}\n")
+    claim(directory)
     return directory
 
 
@@ -45,10 +57,8 @@ def sweep_stale_pool_dirs(root: Path | None = None, now: float | None = None) ->
             info = directory.lstat()
             if not directory.is_dir() or directory.is_symlink() or info.st_uid != os.getuid():
                 continue
-            owner = directory / OWNER_FILE
-            if owner.exists():
-                pid_text, _, start = owner.read_text().strip().partition(" ")
-                stale = not process_alive(int(pid_text), start)
+            if (directory / OWNER_FILE).exists():
+                stale = not owner_alive(directory)
             else:
                 stale = now - info.st_mtime > STALE_SECONDS
         except (OSError, ValueError):
