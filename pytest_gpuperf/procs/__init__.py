@@ -12,8 +12,8 @@ and reads back its results, and how the child leaves. A/B workers (:mod:`pytest_
 Two rules:
 
 * the floor imports nothing from the features (nor from the rest of the package);
-* ``exit.py``, ``gate.py``, ``payload.py`` and ``lifetime.py`` import only the standard library (this ``__init__``
-  imports nothing either): a child may load them by file path, from the running install, whatever version of the
+* ``exit.py``, ``gate.py``, ``payload.py`` and ``lifetime.py`` import only the standard library (so does this
+  ``__init__``): a child may load them by file path, from the running install, whatever version of the
   package its own ``sys.path`` holds (an A/B worker of REF's side imports REF's, which may predate this floor; the
   guard runs isolated with ``python -I``).
 """
