@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_gpuperf.distributed.processes import descendants, process_alive
+from pytest_gpuperf.procs.lifetime import descendants, process_alive
 
 #: What a cleanup must achieve: nothing of the plugin's left this long after the signal.
 LIMIT_SECONDS = 5.0

@@ -121,7 +121,7 @@ def become_fresh_pytest(request: dict[str, Any], base_path: list[str]) -> list[s
 
 
 def exit_now(code: int) -> NoReturn:
-    """Leave the child as ``pytest_gpuperf.distributed.processes.exit_now`` leaves a worker (a copy: this script
+    """Leave the child as ``pytest_gpuperf.procs.exit.exit_now`` leaves a worker (a copy: this script
     must not depend on the plugin version it serves)."""
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:

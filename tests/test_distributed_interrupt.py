@@ -18,8 +18,8 @@ import pytest
 from pytest_gpuperf.distributed import pool as pool_module
 from pytest_gpuperf.distributed.interrupt import MESSAGE
 from pytest_gpuperf.distributed.manager import PoolManager
-from pytest_gpuperf.distributed.processes import process_alive
 from pytest_gpuperf.distributed.tasks import RankTask
+from pytest_gpuperf.procs.lifetime import process_alive
 from tests.cleanup_harness import sigint_as_in_a_terminal
 
 BODY = """

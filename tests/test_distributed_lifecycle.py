@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.distributed import processes
-from pytest_gpuperf.distributed.processes import (
-    OWNER_FILE,
-    make_pool_dir,
-    process_alive,
-    process_start_time,
-    sweep_stale_pool_dirs,
-)
+from pytest_gpuperf.procs import folders as processes
+from pytest_gpuperf.procs.folders import OWNER_FILE, make_pool_dir, sweep_stale_pool_dirs
+from pytest_gpuperf.procs.lifetime import process_alive, process_start_time
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 

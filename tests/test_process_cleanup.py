@@ -30,8 +30,8 @@ def test_nothing_the_plugin_started_outlives_a_signal_to_pytest(tmp_path: Path, 
 @linux_only
 def test_the_guard_kills_a_process_that_left_its_group_and_was_orphaned(tmp_path: Path) -> None:
     """torchrun starts each rank in a new session: killing the group misses it, the subreaper guard does not."""
-    from pytest_gpuperf.distributed.guard import popen_guarded
-    from pytest_gpuperf.distributed.processes import process_alive
+    from pytest_gpuperf.procs.guard import popen_guarded
+    from pytest_gpuperf.procs.lifetime import process_alive
 
     pid_file = tmp_path / "escapee"
     escape = (
@@ -48,7 +48,7 @@ def test_the_guard_kills_a_process_that_left_its_group_and_was_orphaned(tmp_path
 
 @linux_only
 def test_a_guarded_command_keeps_its_exit_status_and_its_signal() -> None:
-    from pytest_gpuperf.distributed.guard import run_guarded
+    from pytest_gpuperf.procs.guard import run_guarded
 
     code, out, timed_out = run_guarded(
         [sys.executable, "-c", "print('hi'); raise SystemExit(7)"], timeout=60, stdout=subprocess.PIPE, text=True
@@ -63,7 +63,7 @@ def test_a_guarded_command_keeps_its_exit_status_and_its_signal() -> None:
 @linux_only
 def test_the_guard_runs_isolated_from_the_commands_pythonpath(tmp_path: Path) -> None:
     """An A/B worker of the ref's side gets another tree first on PYTHONPATH: the guard must not import from it."""
-    from pytest_gpuperf.distributed.guard import run_guarded
+    from pytest_gpuperf.procs.guard import run_guarded
 
     shadow = tmp_path / "pytest_gpuperf"
     shadow.mkdir()
@@ -76,7 +76,7 @@ def test_the_guard_runs_isolated_from_the_commands_pythonpath(tmp_path: Path) ->
 
 
 def test_how_a_process_ended_is_named_by_exit_code_or_signal() -> None:
-    from pytest_gpuperf.distributed.processes import describe_exit
+    from pytest_gpuperf.procs.lifetime import describe_exit
 
     exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     assert describe_exit(exited, wait=60) == "exited with code 3"

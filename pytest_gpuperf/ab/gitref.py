@@ -6,7 +6,6 @@ option or carries shell or control characters is refused before git sees it.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,11 +13,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gpuperf.procs.folders import OWNER_FILE as OWNER_FILE  # the owner file of a holder folder
+from pytest_gpuperf.procs.folders import claim, owner_alive
+
 #: Characters a ref name, a sha or a revision expression (``HEAD~1``, ``main^``, ``@{u}``) may hold.
 _REF_CHARS = re.compile(r"^[A-Za-z0-9._/~^@{}+-]+$")
-#: Prefix of the temporary folders holding REF's worktree; ``OWNER_FILE`` in one names the process that made it.
+#: Prefix of the temporary folders holding REF's worktree; its owner file names the process that made it
+#: (:func:`pytest_gpuperf.procs.folders.claim`).
 HOLDER_PREFIX = "gpuperf-ab-"
-OWNER_FILE = "owner"
 #: Suffixes of compiled extension modules that a fresh checkout of REF does not contain.
 EXTENSION_SUFFIXES = (".so", ".pyd", ".dylib")
 
@@ -91,7 +93,7 @@ class Worktree:
         sha = resolve_commit(repo, ref)
         sweep_stale(repo)
         holder = Path(tempfile.mkdtemp(prefix=HOLDER_PREFIX))
-        (holder / OWNER_FILE).write_text(_process_identity(os.getpid()))
+        claim(holder)
         path = holder / "ref"
         try:
             git(repo, "worktree", "prune")
@@ -121,20 +123,10 @@ class Worktree:
             pass
 
 
-def _process_identity(pid: int) -> str:
-    """``pid`` and, where /proc has it, the process's start time (a recycled pid does not match it)."""
-    from pytest_gpuperf.distributed.processes import process_start_time
-
-    return f"{pid} {process_start_time(pid)}".strip()
-
-
 def _owner_alive(holder: Path) -> bool:
     """True unless ``holder``'s owner file names a process that no longer runs (a killed A/B run)."""
-    from pytest_gpuperf.distributed.processes import process_alive
-
     try:
-        pid, *started = (holder / OWNER_FILE).read_text().split()
-        return process_alive(int(pid), started[0] if started else "")
+        return owner_alive(holder)
     except (OSError, ValueError):
         return True  # not ours to judge: leave it
 

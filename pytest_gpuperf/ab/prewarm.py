@@ -1,10 +1,9 @@
 """What a gated A/B worker does while it waits for its turn: the one-time costs of its first test, paid early.
 
-A worker's first test pays one-time costs its other tests do not (the FLOP/byte counter's first dispatch, cuBLAS's
-handle and workspace, the lazily imported judging and timing modules). A gated worker waits before its turn (its
-start-up overlaps the other side's workers), so it pays those costs then, outside any measurement. Nothing here is
-timed or judged; the GPU work is a few small matmuls, done before the worker says it is ready. Figures:
-docs/PERFORMANCE.md (A/B).
+A worker's first test costs more than its others (the FLOP/byte counter's first dispatch, cuBLAS's handle and
+workspace, the lazily imported judging and timing modules). A gated worker waits before its turn (its start-up
+overlaps the other side's workers), so it pays those costs then, and its first test measures like the others.
+Nothing here is timed or judged; the GPU work is a few small matmuls, done before the worker says it is ready.
 """
 
 from __future__ import annotations

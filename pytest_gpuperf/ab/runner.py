@@ -10,7 +10,6 @@ after the first pair (no later pair could measure A).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -20,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gpuperf.ab.evidence import TestEvidence, WorkerRun, broken_tests, entry_of, judge_evidence
-from pytest_gpuperf.ab.worker_process import GATE_ENV, Side, WarmWorker
-from pytest_gpuperf.distributed.guard import popen_guarded
+from pytest_gpuperf.ab.worker_process import FLOOR_ENV, GATE_ENV, Side, WarmWorker
 from pytest_gpuperf.keys import ROOFS_ENV
+from pytest_gpuperf.procs import FLOOR_DIR
+from pytest_gpuperf.procs.guard import popen_guarded
+from pytest_gpuperf.procs.payload import read_json, write_json
 
 WORKER_MODULE = "_gpuperf_ab_worker"
 #: ``python -c`` program of a worker: pytest with the arguments that follow, through the worker plugin's ``main``.
@@ -153,6 +154,7 @@ class AbRunner:
         if not scope:
             return None
         env = {**side.env, "GPUPERF_AB_SELECT": str(select), "GPUPERF_AB_OUT": str(out), GATE_ENV: "1"}
+        env[FLOOR_ENV] = str(FLOOR_DIR)  # the worker plugin loads the floor from here, whatever the side imports
         proc = popen_guarded(  # the worker and all it starts die with this pytest (guard.py)
             self.worker_command(side, scope),
             cwd=side.cwd,
@@ -170,7 +172,7 @@ class AbRunner:
         if warm is None:
             run.data = {"collected": [], "tests": {}}
             return run
-        warm.select.write_text(json.dumps(selected), encoding="utf-8")
+        write_json(warm.select, selected)
         began = time.perf_counter()
         finished = warm.release(self.timeout)
         run.seconds = time.perf_counter() - began
@@ -179,7 +181,7 @@ class AbRunner:
         if not finished:
             output += f"\n(worker killed after {self.timeout:.0f} s: gpuperf_ab_timeout)"
         try:
-            run.data = json.loads(warm.out.read_text(encoding="utf-8"))
+            run.data = read_json(warm.out)
         except (OSError, ValueError):
             warm.wait(self.timeout)
             output, code = warm.output(), warm.proc.returncode
@@ -237,7 +239,6 @@ class AbRunner:
         """The round pairs. The workers of the minimum pairs start up together, and all have started before the
         first one measures (no start-up beside a measurement, one start-up's wall time for all); each later pair
         starts up while the pair before it measures, and is killed unused when no test needs it."""
-        evidence = outcome.evidence
         pending = list(nodeids)
         broken: set[str] = set()
         schedule = self._schedule()
@@ -258,46 +259,63 @@ class AbRunner:
                 warm.wait_ready(self.timeout)
         pair = 0
         while pending and pair < self.max_processes:
-            runs: dict[str, WorkerRun] = {}
             warm_for(2 * pair + 2)  # the next pair starts up while this one measures (killed if not needed)
             warm_for(2 * pair + 3)
-            for offset, side in enumerate(self._order(pair)):
-                runs[side.name] = self.finish(warm_for(2 * pair + offset), side, pair, pending)
-            outcome.runs += [runs[s.name] for s in self._order(pair)]
+            order = self._order(pair)
+            runs = {side.name: self.finish(warm_for(2 * pair + i), side, pair, pending) for i, side in enumerate(order)}
+            outcome.runs += [runs[s.name] for s in order]
             if pair == 0:
-                broken = broken_tests(runs["A"], nodeids)  # REF's file does not import: settled after this pair
-                a_has = set(runs["A"].data.get("collected", [])) | broken
-                b_has = set(runs["B"].data.get("collected", []))
-                if runs["A"].error is None:
-                    outcome.new = [n for n in nodeids if n not in a_has]
-                    outcome.removed = sorted(a_has - b_has - set(nodeids))
-                pending = [n for n in pending if n in a_has or runs["A"].error is not None]
-            for nodeid in pending:
-                item = evidence.setdefault(nodeid, TestEvidence(nodeid))
-                item.a.append(entry_of(runs["A"], nodeid))
-                item.b.append(entry_of(runs["B"], nodeid))
-            for run in runs.values():
-                tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
-                outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
-            for nodeid in broken.intersection(pending):  # no later pair could measure A either
-                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
-            pending = [n for n in pending if n not in broken]
+                broken, pending = self._first_pair(runs, nodeids, pending, outcome)
+            pending = self._add_pair(runs, pending, broken, outcome)
             pair += 1
-            if pair < self.min_processes:
-                continue
-            final = pair >= self.max_processes
-            for nodeid in pending:
-                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], final)
-            undecided = [n for n in pending if not evidence[n].decided and not evidence[n].errors("B")]
-            for nodeid in set(pending) - set(undecided):  # settle what stays undecided for another reason
-                evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
-            pending = undecided
+            if pair >= self.min_processes:
+                pending = self._settle(pending, outcome.evidence, final=pair >= self.max_processes)
         for nodeid in pending:
-            evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+            outcome.evidence[nodeid].verdicts = judge_evidence(outcome.evidence[nodeid], True)
         for run in outcome.runs:
             if run.side == "B" and run.pair == 0:
                 for nodeid in outcome.new:
-                    evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(entry_of(run, nodeid))
+                    outcome.evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(entry_of(run, nodeid))
+
+    @staticmethod
+    def _first_pair(
+        runs: dict[str, WorkerRun], nodeids: list[str], pending: list[str], outcome: AbOutcome
+    ) -> tuple[set[str], list[str]]:
+        """After the first pair: the tests whose file REF cannot import (settled after this pair), the new and
+        removed tests, and the pending tests A has."""
+        broken = broken_tests(runs["A"], nodeids)
+        a_has = set(runs["A"].data.get("collected", [])) | broken
+        b_has = set(runs["B"].data.get("collected", []))
+        if runs["A"].error is None:
+            outcome.new = [n for n in nodeids if n not in a_has]
+            outcome.removed = sorted(a_has - b_has - set(nodeids))
+        return broken, [n for n in pending if n in a_has or runs["A"].error is not None]
+
+    @staticmethod
+    def _add_pair(runs: dict[str, WorkerRun], pending: list[str], broken: set[str], outcome: AbOutcome) -> list[str]:
+        """Add one pair's entries to the evidence and its leaks to the outcome; settle the broken tests (no later
+        pair could measure A either). The tests still pending."""
+        evidence = outcome.evidence
+        for nodeid in pending:
+            item = evidence.setdefault(nodeid, TestEvidence(nodeid))
+            item.a.append(entry_of(runs["A"], nodeid))
+            item.b.append(entry_of(runs["B"], nodeid))
+        for run in runs.values():
+            tagged = [f"{run.side}: {leak}" for leak in run.data.get("leaks", [])]
+            outcome.leaks += [leak for leak in tagged if leak not in outcome.leaks]
+        for nodeid in broken.intersection(pending):
+            evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+        return [n for n in pending if n not in broken]
+
+    @staticmethod
+    def _settle(pending: list[str], evidence: dict[str, TestEvidence], final: bool) -> list[str]:
+        """Judge the pending tests after a pair (``final``: no pair follows); the ones still undecided."""
+        for nodeid in pending:
+            evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], final)
+        undecided = [n for n in pending if not evidence[n].decided and not evidence[n].errors("B")]
+        for nodeid in set(pending) - set(undecided):  # settle what stays undecided for another reason
+            evidence[nodeid].verdicts = judge_evidence(evidence[nodeid], True)
+        return undecided
 
     def scan(self) -> tuple[list[str], list[str]] | None:
         """Both sides' perf tests by collection alone (nothing runs): ``(new, removed)``, None when A failed.

@@ -4,7 +4,10 @@ PYTEST_DONT_REWRITE: :func:`main` imports this module before pytest's ``-p`` wou
 
 Self-contained on purpose: it is copied next to the worker as ``_gpuperf_ab_worker.py`` and must
 load whatever version of pytest-gpuperf the A side (REF) imports, so it only reads the
-``report.gpuperf`` payload every version attaches. Environment:
+``report.gpuperf`` payload every version attaches. The one rule for what it shares with the package: the worker
+protocol's floor (:mod:`pytest_gpuperf.procs`: the gate, the payload files, the exit) is loaded by file path from
+the folder ``GPUPERF_AB_FLOOR`` names, the running (HEAD) install's ``procs/``, never imported from the side's
+package (REF's may predate it); those files import only the standard library. Environment:
 
 * ``GPUPERF_AB_SELECT``: JSON file with the node ids to run (perf tests outside it are deselected);
 * ``GPUPERF_AB_OUT``: where to write the results (JSON, written atomically at session end);
@@ -16,24 +19,39 @@ load whatever version of pytest-gpuperf the A side (REF) imports, so it only rea
 
 from __future__ import annotations
 
-import atexit
-import json
+import importlib.util
 import os
 import sys
-import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
 
+#: The folder of the floor's standard-library-only modules (HEAD's ``pytest_gpuperf/procs``).
+FLOOR_ENV = "GPUPERF_AB_FLOOR"
+
+
+def _floor(name: str) -> ModuleType:
+    """The floor's module ``name``, loaded by path from :data:`FLOOR_ENV` (else this file's package, when it is
+    imported as ``pytest_gpuperf.ab.worker_plugin``); kept out of ``sys.modules``, so no leak check sees it."""
+    folder = os.environ.get(FLOOR_ENV) or str(Path(__file__).resolve().parent.parent / "procs")
+    spec = importlib.util.spec_from_file_location(f"_gpuperf_floor_{name}", Path(folder) / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_gate, _payload = _floor("gate"), _floor("payload")
 _STATE: dict[str, Any] = {"collected": [], "tests": {}, "leaks": [], "collect_errors": {}, "started": time.time()}
-#: ``GPUPERF_AB_GATE`` set: the runner started this worker ahead of its turn. It waits after collecting for a
-#: line on stdin ("go": run the tests the select file names; anything else: exit) and prints ``GPUPERF_AB_DONE``
+#: ``GPUPERF_AB_GATE`` set: the runner started this worker ahead of its turn. It waits after collecting on the
+#: gate, its stdin ("go": run the tests the select file names; anything else: exit) and prints ``GPUPERF_AB_DONE``
 #: once its results are written. pytest's capture replaces fds 0 and 1 while it collects and runs, so both are
 #: duplicated now, when ``-p`` imports this plugin, before capturing starts.
 GATED = bool(os.environ.get("GPUPERF_AB_GATE"))
-_GATE_IN = os.dup(0) if GATED else -1
+_GATE_IN = _gate.hold_stdin() if GATED else -1
 _DONE_OUT = os.dup(1) if GATED else -1
 
 
@@ -59,13 +77,7 @@ def _wait_for_turn() -> bool:
     """Block until the runner says go (True) or to exit (False, also when the runner went away)."""
     _pay_start_up_costs()
     os.write(_DONE_OUT, b"\nGPUPERF_AB_READY\n")  # started up: the runner lets the first worker measure then
-    word = b""
-    while not word.endswith(b"\n"):
-        chunk = os.read(_GATE_IN, 64)
-        if not chunk:
-            break
-        word += chunk
-    return word.strip() == b"go"
+    return bool(_gate.wait_on_pipe(_GATE_IN))
 
 
 _RAISED: set[tuple[str, str]] = set()
@@ -86,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _STATE["stopped"] = True
         pytest.exit("A/B worker not needed: the verdicts were decided without it", returncode=0)
     select_file = os.environ.get("GPUPERF_AB_SELECT")
-    selected = set(json.loads(Path(select_file).read_text(encoding="utf-8"))) if select_file else set()
+    selected = set(_payload.read_json(Path(select_file))) if select_file else set()
     keep = [item for item in perf if item.nodeid in selected]
     dropped = [item for item in items if item not in keep]
     if dropped:
@@ -175,29 +187,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _STATE["leaks"] = _leaks()
     _STATE["seconds"] = time.time() - _STATE["started"]
     _STATE["pid"] = os.getpid()
-    path = Path(out)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(_STATE, default=str), encoding="utf-8")
-    partial.replace(path)
+    _payload.write_json(Path(out), _STATE)
     if GATED:
         os.write(_DONE_OUT, b"\nGPUPERF_AB_DONE\n")  # the runner goes on; this process may take a while to exit
 
 
 def main(args: list[str]) -> NoReturn:
-    """The worker process: ``pytest.main(args)``, then an exit without the interpreter's module teardown (about
-    0.5 s of CPU once torch is imported; the results are written and said done before). Non-daemon threads are
-    joined, atexit handlers run and the streams flushed as at a normal exit. (Self-contained, like the rest of this
-    file: ``pytest_gpuperf.distributed.processes.exit_now`` of whichever version the side imports may not exist.)"""
+    """The worker process: ``pytest.main(args)``, then the floor's exit (no module teardown; the results are
+    written and said done before)."""
     if sys.path and sys.path[0] == "":
         sys.path[0] = os.getcwd()  # what ``python -m pytest`` puts first
     code = int(pytest.main(args))
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(code)
+    _floor("exit").exit_now(code)
+    raise AssertionError("exit_now returned")  # pragma: no cover

@@ -1,8 +1,9 @@
 """One A/B worker process: how a side starts it (:class:`Side`), and the started process waiting for its turn.
 
 A gated worker starts up (Python, pytest, imports, collection, CUDA context), prints :data:`READY_LINE` and waits
-on its stdin for "go" (run the tests its select file names) or anything else (exit); it prints :data:`DONE_LINE`
-once its results file is written (:mod:`pytest_gpuperf.ab.worker_plugin`).
+at its gate, its stdin (:class:`pytest_gpuperf.procs.gate.PipeGate`), for "go" (run the tests its select file
+names) or anything else (exit); it prints :data:`DONE_LINE` once its results file is written
+(:mod:`pytest_gpuperf.ab.worker_plugin`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_gpuperf.distributed.guard import stop_guarded
+from pytest_gpuperf.procs.gate import GO, PipeGate
+from pytest_gpuperf.procs.guard import stop_guarded
 
 
 @dataclass
@@ -30,6 +32,9 @@ class Side:
 
 #: Set in a worker's environment: it waits on stdin after collecting, for "go" (run) or anything else (exit).
 GATE_ENV = "GPUPERF_AB_GATE"
+#: Set in a worker's environment: the folder of the floor's modules (this install's ``pytest_gpuperf/procs``) the
+#: worker plugin loads by path (the plugin's docstring says why).
+FLOOR_ENV = "GPUPERF_AB_FLOOR"
 #: The line a worker prints once its results file is written (it may take a while longer to exit).
 DONE_LINE = "GPUPERF_AB_DONE"
 #: The line a gated worker prints once it has started up (collected, CUDA context made) and waits.
@@ -79,18 +84,10 @@ class WarmWorker:
         """Wait until it has started up and waits for its turn (or exited)."""
         self.ready.wait(timeout)
 
-    def _tell(self, word: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(word + "\n")
-            self.proc.stdin.close()
-        except (OSError, ValueError):
-            pass  # it exited already (a collection error, say): its output says why
-
     def release(self, timeout: float) -> bool:
         """Tell it to run and wait for its results (not for its exit); False when it ran past ``timeout``."""
         self.released_at = time.perf_counter()
-        self._tell("go")
+        PipeGate(self.proc.stdin).open(GO)
         if self.done.wait(timeout):
             return True
         self.kill()

@@ -141,7 +141,7 @@ def gpuperf_torchrun(request: pytest.FixtureRequest, gpuperf_backend: Backend) -
     Launches ``python -m torch.distributed.run --standalone --nproc_per_node N`` (gloo on
     CPU, NCCL on CUDA: the script reads ``GPUPERF_BACKEND``), fails the test on a
     non-zero exit or a timeout with the output, and judges the numbers the script
-    printed on ``GPUPERF {"rank": ...}`` lines (or the seed's ``Peak VRAM/GPU`` lines)
+    printed on ``GPUPERF {"rank": ...}`` lines (or training-log ``Peak VRAM/GPU`` lines)
     against the baselines of an N-rank world.
     """
     from pytest_gpuperf.distributed.torchrun import TorchrunRunner

@@ -17,8 +17,9 @@ A test is sent to every rank, each answers with a :class:`RankResult`. Faults en
 Every rank's stdout and stderr go to files in the pool's folder (``rank<N>.out``,
 ``rank<N>.err``); the parent reads each test's part of them, so output printed just before
 a rank dies is kept. The caller then :meth:`RankPool.close` s the pool (SIGKILL to every
-rank's process group and to the launcher's, folder removed) and the next test starts a
-fresh one. Ctrl-C while a test runs kills the pool at once.
+rank's process group, the launcher and what it started, folder removed) and the next test starts a
+fresh one. The launcher (torchrun, or the solo worker) starts under the floor's guard
+(:mod:`pytest_gpuperf.procs.guard`). Ctrl-C while a test runs kills the pool at once.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from pathlib import Path
 
 from pytest_gpuperf.distributed.channel import AuthListener, new_key, recv_message, send_message
 from pytest_gpuperf.distributed.env import process_env, torchrun_command
-from pytest_gpuperf.distributed.processes import kill_group, make_pool_dir, process_start_time, remove_pool_dir
 from pytest_gpuperf.distributed.tasks import STATUS_ERROR, STATUS_OOM, RankResult, RankTask
+from pytest_gpuperf.procs.folders import make_pool_dir, remove_pool_dir
+from pytest_gpuperf.procs.guard import popen_guarded, stop_guarded
+from pytest_gpuperf.procs.lifetime import kill_group, process_start_time
 
 ERROR_GRACE_SECONDS = 3.0
 STACK_WAIT_SECONDS = 1.0
@@ -166,9 +169,9 @@ class RankPool:
         else:
             command = torchrun_command(self.world_size, "-m", "pytest_gpuperf.distributed.worker")
         what = "the worker" if self.solo else "torchrun"
-        with open(self.log_path, "wb") as log:
-            self.launcher = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        with open(self.log_path, "wb") as log:  # under the floor's guard: nothing it starts outlives pytest
+            self.launcher = popen_guarded(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         try:
             deadline = time.monotonic() + timeout
@@ -300,11 +303,7 @@ class RankPool:
             except OSError:
                 pass
         if self.launcher is not None:
-            kill_group(self.launcher.pid)
-            try:
-                self.launcher.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_guarded(self.launcher)  # its group, its descendants, what carries its token; then reaped
         self.ranks.clear()
         if not self._closed:
             self._closed = True

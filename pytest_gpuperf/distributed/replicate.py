@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.distributed.tasks import BodyRun
 from pytest_gpuperf.keys import REPLICAS_KEY
 
 if TYPE_CHECKING:
@@ -47,24 +48,18 @@ if TYPE_CHECKING:
     from pytest_gpuperf.distributed.tasks import RankTask
     from pytest_gpuperf.results import Metric
 
-#: Where the session's replica workers live (``config.stash``).
-
 
 class ReplicaError(RuntimeError):
     """The test cannot be run in another process at all (the message says why)."""
 
 
 @dataclass
-class ReplicaRun:
+class ReplicaRun(BodyRun):
     """One run of a test body in a fresh worker process."""
 
     pid: int
     status: str
-    metrics: list[Metric] = field(default_factory=list)
     error: str = ""
-    seconds: float = 0.0
-    stdout: str = ""
-    stderr: str = ""
 
     @property
     def ok(self) -> bool:
@@ -178,7 +173,15 @@ def _replica_run(pool: RankPool, outcome: PoolOutcome, timeout: float) -> Replic
     out, err = outcome.output.get(0, ("", ""))
     result = outcome.results.get(0)
     if result is not None:
-        return ReplicaRun(pid, result.status, list(result.metrics), result.traceback, result.seconds, out, err)
+        return ReplicaRun(
+            pid,
+            result.status,
+            result.traceback,
+            metrics=list(result.metrics),
+            seconds=result.seconds,
+            stdout=out,
+            stderr=err,
+        )
     if outcome.hung:
         stacks = outcome.stacks.get(0, "")
         return ReplicaRun(
@@ -189,7 +192,7 @@ def _replica_run(pool: RankPool, outcome: PoolOutcome, timeout: float) -> Replic
             stderr=err,
             seconds=outcome.seconds,
         )
-    from pytest_gpuperf.distributed.processes import describe_exit
+    from pytest_gpuperf.procs.lifetime import describe_exit
 
     log = outcome.launcher_log
     how = describe_exit(pool.launcher) if pool.solo else ""  # a solo pool's launcher is the worker itself

@@ -1,4 +1,4 @@
-"""The ``GPUPERF {...}`` lines a script under ``gpuperf_torchrun`` prints, and the seed's ``Peak VRAM`` lines: parsing.
+"""Parsing what a script under ``gpuperf_torchrun`` prints: ``GPUPERF {...}`` lines and training-log lines.
 
 Each rank prints one machine-readable line (anything may precede ``GPUPERF``, for
 example torchrun's ``[rank0]:`` prefix)::
@@ -7,7 +7,7 @@ example torchrun's ``[rank0]:`` prefix)::
 
 ``rank`` is required; ``peak_memory`` is bytes, ``tokens_per_s`` tokens per second,
 ``step_times`` seconds per step (optional samples for noise-aware judging); other
-keys are kept in :attr:`RankReport.extra`. The seed article's human-readable line
+keys are kept in :attr:`RankReport.extra`. A training log's human-readable line
 is understood too (printed by rank 0 only)::
 
     Step 4 | Loss: 10.3721 | Peak VRAM/GPU: 1.52 GB
@@ -43,7 +43,7 @@ class RankReport:
 
 @dataclass(frozen=True)
 class SeedLine:
-    """One ``Step i | Loss: x | Peak VRAM/GPU: y GB`` line of the seed's script."""
+    """One ``Step i | Loss: x | Peak VRAM/GPU: y GB`` line of a training log."""
 
     step: int
     loss: float
@@ -59,7 +59,7 @@ class ScriptReport:
 
     @property
     def seed_peak_bytes(self) -> float | None:
-        """The largest peak the seed's lines printed (rank 0's GPU), or None."""
+        """The largest peak the training-log lines printed (rank 0's GPU), or None."""
         return max((line.peak_bytes for line in self.seed_lines), default=None)
 
 
@@ -94,7 +94,7 @@ def parse_line(line: str) -> RankReport | None:
 
 
 def parse_seed_line(line: str) -> SeedLine | None:
-    """The seed's ``Step | Loss | Peak VRAM/GPU`` line (GB = 1e9 bytes, as the seed divides), or None."""
+    """A ``Step | Loss | Peak VRAM/GPU`` line (GB = 1e9 bytes, as the script divides), or None."""
     match = _SEED_LINE.search(line)
     if match is None:
         return None

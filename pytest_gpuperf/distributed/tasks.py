@@ -73,22 +73,23 @@ class RankInfo:
 
         return torch.device("cuda", self.local_rank) if self.backend == "cuda" else torch.device("cpu")
 
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0."""
-        return self.rank == 0
+
+@dataclass(kw_only=True)
+class BodyRun:
+    """What running a test body in a worker process left: its metrics, its output and its wall seconds."""
+
+    metrics: list[Metric] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
 
 
 @dataclass
-class RankResult:
+class RankResult(BodyRun):
     """What one rank sends back after a test body."""
 
     rank: int
     status: str
-    metrics: list[Metric] = field(default_factory=list)
     traceback: str = ""
     memory: dict[str, float] = field(default_factory=dict)
-    stdout: str = ""
-    stderr: str = ""
-    seconds: float = 0.0
     dirty: str = ""

@@ -1,7 +1,7 @@
 """The ``gpuperf_torchrun`` fixture's runner: a script on N ranks via ``python -m torch.distributed.run``.
 
 The script reports on ``GPUPERF {...}`` lines (see :mod:`.script_lines`) or with the
-seed's ``Step | Loss | Peak VRAM/GPU`` lines; the runner turns them into metrics
+training-log ``Step | Loss | Peak VRAM/GPU`` lines; the runner turns them into metrics
 (per-rank peak memory, the slowest rank's tokens/s, imbalance) and judges them
 under an N-rank fingerprint. A script that outlives its timeout gets SIGABRT
 (``PYTHONFAULTHANDLER=1`` prints every rank's stack), then SIGKILL.
@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,9 +21,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuperf.distributed.env import process_env, torchrun_command, world_size_problem
-from pytest_gpuperf.distributed.guard import popen_guarded, stop_guarded
-from pytest_gpuperf.distributed.processes import descendants
 from pytest_gpuperf.distributed.script_lines import ScriptReport, parse_output
+from pytest_gpuperf.procs.guard import popen_guarded, stop_guarded
+from pytest_gpuperf.procs.lifetime import descendants
 from pytest_gpuperf.results import KIND_CUSTOM, KIND_MEMORY, KIND_THROUGHPUT, Metric
 
 if TYPE_CHECKING:
@@ -126,32 +127,16 @@ class TorchrunRunner:
         ``<name>.tokens_per_s`` (slowest rank) and ``<name>.imbalance``; ``name`` defaults
         to the script's stem.
         """
-        from pytest_gpuperf.distributed.judging import (
-            imbalance_tolerance,
-            judge_world_metrics,
-            second_opinion,
-            with_host_calibration,
-        )
-
         problem = world_size_problem(self.backend, nproc_per_node)
         if problem is not None:
             pytest.skip(problem)
-        path = Path(script)
-        if not path.is_absolute():
-            path = Path(self.item.config.rootpath) / path
-        if not path.exists():
-            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun: script {path} does not exist", pytrace=False)
+        path = self._script(script, name)
         command = torchrun_command(nproc_per_node, str(path), *map(str, args))
         limit = float(timeout or self.timeout)
         run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
         stem = name or path.stem
-        from pytest_gpuperf.validate import MAX_METRIC_NAME, name_problem
-
-        problem = name_problem(stem, "name", MAX_METRIC_NAME - 40)
-        if problem:
-            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun.run(): {problem}", pytrace=False)
         returncode, output, report, seconds = self._launch(command, run_env, limit, path, nproc_per_node)
-        metrics = with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
+        metrics = self._metrics(report, stem)
         if record:
             if not metrics:
                 pytest.fail(
@@ -160,24 +145,54 @@ class TorchrunRunner:
                     f"pytest_gpuperf.distributed.script_lines). Output:\n{output[-OUTPUT_TAIL:]}",
                     pytrace=False,
                 )
-            judge_world_metrics(self.item, self.handle, nproc_per_node, metrics)
-
-            def again() -> dict[str, Metric]:
-                _, _, more, _ = self._launch(command, run_env, limit, path, nproc_per_node)
-                again_metrics = script_metrics(more, stem, imbalance_tolerance(self.handle))
-                return {m.name: m for m in with_host_calibration(self.handle, again_metrics)}
-
-            second_opinion(self.item, self.handle, again)
+            self._judge(
+                metrics, stem, nproc_per_node, lambda: self._launch(command, run_env, limit, path, nproc_per_node)
+            )
         result = TorchrunResult(command, returncode, output, report, seconds, metrics)
         self.results.append(result)
         return result
+
+    def _script(self, script: str | os.PathLike[str], name: str | None) -> Path:
+        """The script's path (relative ones from the rootdir); fails the test when it is missing or ``name`` (its
+        stem by default) cannot name metrics."""
+        from pytest_gpuperf.validate import MAX_METRIC_NAME, name_problem
+
+        path = Path(script)
+        if not path.is_absolute():
+            path = Path(self.item.config.rootpath) / path
+        if not path.exists():
+            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun: script {path} does not exist", pytrace=False)
+        problem = name_problem(name or path.stem, "name", MAX_METRIC_NAME - 40)
+        if problem:
+            pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun.run(): {problem}", pytrace=False)
+        return path
+
+    def _metrics(self, report: ScriptReport, stem: str) -> list[Metric]:
+        """The script's metrics, with the host's calibration when the test measured one."""
+        from pytest_gpuperf.distributed.judging import imbalance_tolerance, with_host_calibration
+
+        return with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
+
+    def _judge(
+        self, metrics: list[Metric], stem: str, nproc: int, launch: Callable[[], tuple[int, str, ScriptReport, float]]
+    ) -> None:
+        """Judge the world's metrics; a suspected regression is measured again by ``launch`` (a second run)."""
+        from pytest_gpuperf.distributed.judging import judge_world_metrics, second_opinion
+
+        judge_world_metrics(self.item, self.handle, nproc, metrics)
+
+        def again() -> dict[str, Metric]:
+            _, _, more, _ = launch()
+            return {m.name: m for m in self._metrics(more, stem)}
+
+        second_opinion(self.item, self.handle, again)
 
     def _launch(
         self, command: list[str], run_env: dict[str, str], limit: float, path: Path, nproc: int
     ) -> tuple[int, str, ScriptReport, float]:
         """One run of the script on ``nproc`` ranks; fails the test on a timeout or a non-zero exit."""
         started = time.perf_counter()
-        proc = popen_guarded(  # nothing it starts outlives pytest (see distributed.guard)
+        proc = popen_guarded(  # nothing it starts outlives pytest (see procs.guard)
             command,
             env=run_env,
             stdout=subprocess.PIPE,

@@ -28,11 +28,18 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.distributed.tasks import RankInfo
 
 
 def _watch_parent(parent: int, start_time: str) -> None:
     """Exit hard when the pytest process is gone (or a zombie), even if the main thread is stuck in a collective."""
-    from pytest_gpuperf.distributed.processes import process_alive
+    from pytest_gpuperf.procs.lifetime import process_alive
 
     while True:
         time.sleep(0.5)
@@ -48,19 +55,9 @@ def _redirect_output(directory: Path, rank: int) -> None:
         os.close(target)
 
 
-def main() -> int:
-    """Join the process group (unless solo), connect to the pytest process, serve tasks until ``stop``."""
-    os.environ["GPUPERF_POOL_WORKER"] = "1"
-    solo = os.environ.get("GPUPERF_POOL_SOLO") == "1"
-    if solo:
-        rank, local_rank, world_size = 0, 0, 1
-    else:
-        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-        world_size = int(os.environ["WORLD_SIZE"])
-    directory = Path(os.environ["GPUPERF_POOL_DIR"])
-    _redirect_output(directory, rank)
-
-    from pytest_gpuperf.distributed.processes import die_with_parent
+def _guard_lifetime(directory: Path, rank: int, solo: bool) -> None:
+    """Die with the launcher (a rank) and with the pytest process; dump all threads' stacks on SIGUSR1."""
+    from pytest_gpuperf.procs.lifetime import die_with_parent
 
     if not solo:
         launcher = os.getppid()
@@ -72,45 +69,73 @@ def main() -> int:
     stacks = open(directory / f"rank{rank}.stacks", "w")  # stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 
+
+def _join_group(backend_name: str, local_rank: int) -> None:
+    """Join the default process group: NCCL with one GPU per rank on ``cuda``, else gloo."""
     import torch
     import torch.distributed as dist
 
-    from pytest_gpuperf.backends import get_backend
-    from pytest_gpuperf.distributed.channel import connect, recv_message, send_message
-    from pytest_gpuperf.distributed.env import DIST_BACKENDS
-    from pytest_gpuperf.distributed.rank_runner import cleanup_process_groups, run_task
-    from pytest_gpuperf.distributed.tasks import RankInfo
-
     timeout = timedelta(seconds=float(os.environ.get("GPUPERF_POOL_PG_TIMEOUT", "1800")))
-    backend_name = os.environ.get("GPUPERF_POOL_BACKEND", "cpu")
-    if solo:
-        pass  # one process measuring on its own: no process group
-    elif backend_name == "cuda":
+    if backend_name == "cuda":
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", timeout=timeout, device_id=torch.device("cuda", local_rank))
     else:
         dist.init_process_group("gloo", timeout=timeout)
-    info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS.get(backend_name, ""))
-    backend = get_backend(backend_name)
-    conn = connect(os.environ["GPUPERF_POOL_ADDR"], bytes.fromhex(os.environ["GPUPERF_POOL_KEY"]))
-    send_message(conn, {"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
+
+
+def _serve(conn: Connection, info: RankInfo, backend: Backend, solo: bool) -> None:
+    """Run each task the pytest process sends (every rank at once, after a barrier) until ``stop`` or a dirty rank."""
+    import torch.distributed as dist
+
+    from pytest_gpuperf.distributed.channel import recv_message, send_message
+    from pytest_gpuperf.distributed.rank_runner import cleanup_process_groups, run_task
+
     while True:
         try:
             message: tuple = recv_message(conn)  # type: ignore[assignment]
         except (EOFError, OSError):
-            break
+            return
         if message[0] == "stop":
-            break
-        task = message[1]
+            return
         if not solo:
             dist.barrier()
-        result = run_task(task, info, backend, capture=False)
+        result = run_task(message[1], info, backend, capture=False)
         sys.stdout.flush()
         sys.stderr.flush()
         result.dirty = cleanup_process_groups(solo)
         send_message(conn, result)
         if result.dirty:
-            break
+            return
+
+
+def main() -> int:
+    """Join the process group (unless solo), connect to the pytest process, serve tasks until ``stop``."""
+    os.environ["GPUPERF_POOL_WORKER"] = "1"
+    solo = os.environ.get("GPUPERF_POOL_SOLO") == "1"
+    if solo:
+        rank, local_rank, world_size = 0, 0, 1
+    else:
+        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+    directory = Path(os.environ["GPUPERF_POOL_DIR"])
+    _redirect_output(directory, rank)
+    _guard_lifetime(directory, rank, solo)
+
+    import torch.distributed as dist
+
+    from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.distributed.channel import connect, send_message
+    from pytest_gpuperf.distributed.env import DIST_BACKENDS
+    from pytest_gpuperf.distributed.tasks import RankInfo
+
+    backend_name = os.environ.get("GPUPERF_POOL_BACKEND", "cpu")
+    if not solo:  # one process measuring on its own has no process group
+        _join_group(backend_name, local_rank)
+    info = RankInfo(rank, local_rank, world_size, backend_name, DIST_BACKENDS.get(backend_name, ""))
+    backend = get_backend(backend_name)
+    conn = connect(os.environ["GPUPERF_POOL_ADDR"], bytes.fromhex(os.environ["GPUPERF_POOL_KEY"]))
+    send_message(conn, {"rank": rank, "pid": os.getpid(), "local_rank": local_rank})
+    _serve(conn, info, backend, solo)
     if dist.is_initialized():
         dist.destroy_process_group()
     conn.close()
@@ -118,6 +143,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from pytest_gpuperf.distributed.processes import exit_now
+    from pytest_gpuperf.procs.exit import exit_now
 
     exit_now(main())

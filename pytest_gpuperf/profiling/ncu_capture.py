@@ -1,18 +1,21 @@
 """Nsight Compute capture of measured steps: every ncu test of a session in ONE child pytest under ncu.
 
-ncu's own start-up and the child's CUDA initialisation cost 12-17 s on an H200, far more
-than the kernels, so they are paid once per session:
+ncu's own start-up and the child's CUDA initialisation cost far more than the kernels, so they are paid once per
+session:
 
 * parent side (:func:`capture_session`): run ``ncu --profile-from-start off --clock-control
   none --metrics <SOL> --csv --page raw --print-units base -- python -m pytest <ids...>``
   over every selected ncu test, with :data:`ENV_MANIFEST` naming a manifest file;
-* child side (:func:`bracket_step`, called for each ``measure()`` in the child): after the
+* child side (:func:`~pytest_gpuperf.profiling.ncu_child.bracket_step`, for each ``measure()`` in the child): after the
   child's short warm-up and measuring, one call of the step runs between
   ``cudaProfilerStart()`` and ``cudaProfilerStop()`` (its own capture window), opened by a
   one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), and
   the window's (test id, step, occurrence) is appended to the manifest;
 * the parent parses the CSV once and cuts the kernel list at the markers: the n-th window
   is the manifest's n-th line (:func:`split_windows`).
+
+The command line is built in :mod:`.ncu_command`, the child's side lives in :mod:`.ncu_child`; the child is
+started under the floor's guard and, prestarted, waits at its gate file (:mod:`pytest_gpuperf.procs`).
 
 ncu missing, or unable to read the GPU's counters (``ERR_NVGPUCTRPERM``,
 ``LibraryNotLoaded`` ...), raises :class:`NcuUnavailable`; the caller skips the test.
@@ -22,41 +25,59 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from pytest_gpuperf.profiling.ncu_parse import (
-    SOL_METRICS,
-    KernelRecord,
-    NcuParseError,
-    csv_rows,
-    parse_raw,
-    unavailable_reason,
+from pytest_gpuperf.procs.folders import make_pool_dir, remove_pool_dir
+from pytest_gpuperf.procs.gate import GO, STOP, FileGate
+from pytest_gpuperf.procs.guard import popen_guarded, stop_guarded
+from pytest_gpuperf.profiling.ncu_child import (
+    ENV_MANIFEST,
+    GATE_ENV,
+    GATE_PARENT_ENV,
+    MARKER_KERNEL,
+    WindowKey,
+    bracket_step,
+    child_manifest,
+    wait_for_gate,
 )
+from pytest_gpuperf.profiling.ncu_command import (
+    child_pytest_args,
+    find_ncu,
+    forwarded_options,
+    ncu_prefix,
+    ncu_test_key,
+)
+from pytest_gpuperf.profiling.ncu_parse import KernelRecord, NcuParseError, csv_rows, parse_raw, unavailable_reason
 
-if TYPE_CHECKING:
-    from pytest_gpuperf.backends.base import Backend
+__all__ = [
+    "ENV_MANIFEST",
+    "GATE_ENV",
+    "GATE_PARENT_ENV",
+    "NcuCapture",
+    "NcuUnavailable",
+    "PendingSession",
+    "SessionCapture",
+    "bracket_step",
+    "capture_session",
+    "child_manifest",
+    "child_pytest_args",
+    "find_ncu",
+    "forwarded_options",
+    "ncu_prefix",
+    "ncu_test_key",
+    "split_windows",
+    "start_session",
+    "wait_for_gate",
+]
 
-ENV_MANIFEST = "GPUPERF_NCU_MANIFEST"
-#: Set for a gated child (:func:`start_session`): the file it waits for before running its tests, and the
-#: parent's pid (a gone parent ends the wait).
-GATE_ENV = "GPUPERF_NCU_GATE"
-GATE_PARENT_ENV = "GPUPERF_NCU_PARENT"
-GATE_POLL_SECONDS = 0.02
 #: How long a discarded child may take to leave before it is killed.
 DISCARD_WAIT_SECONDS = 5.0
-#: The marker kernel that opens each capture window (``torch.cuda._sleep``).
-MARKER_KERNEL = "spin_kernel"
 DEFAULT_TIMEOUT = 300.0
-
-WindowKey = tuple[str, str, int]
 
 
 class NcuUnavailable(Exception):
@@ -107,102 +128,6 @@ class SessionCapture:
         return self.wall_s / max(1, len(self.tests))
 
 
-def find_ncu() -> str | None:
-    """Path of the ``ncu`` executable (``$GPUPERF_NCU`` first, then ``PATH``), or None."""
-    explicit = os.environ.get("GPUPERF_NCU")
-    if explicit:
-        return explicit if Path(explicit).exists() else None
-    return shutil.which("ncu")
-
-
-def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
-    """The ncu command line that profiles only the profiler-start/stop windows, with real clocks."""
-    return [
-        ncu,
-        "--profile-from-start",
-        "off",
-        "--clock-control",
-        "none",
-        "--target-processes",
-        "all",
-        "--metrics",
-        ",".join(SOL_METRICS),
-        "--csv",
-        "--page",
-        "raw",
-        "--print-units",
-        "base",
-        "--log-file",
-        str(log_file),
-    ]
-
-
-def ncu_test_key(path: Path | str, node_id: str) -> str:
-    """A test's name that does not depend on the rootdir: its file's absolute path, then the rest of its node id.
-
-    The parent selects the child's tests by it and both sides name capture windows by it. A node id alone does
-    not do: a file outside the rootdir has an empty path part (``::test_x[name-cuda]`` under pytest 9), which
-    selects nothing in the child, and a child that found another rootdir names the same test differently.
-    """
-    _, sep, rest = node_id.partition("::")
-    return os.path.normpath(str(path)) + sep + rest
-
-
-#: Options of the parent's command line that decide what the child collects and how (value-taking ones).
-FORWARDED_WITH_VALUE = ("-p", "-c", "--config-file", "-o", "--override-ini", "--import-mode", "--confcutdir")
-#: Flags of the parent's command line that the child needs too.
-FORWARDED_FLAGS = ("--noconftest",)
-
-
-def forwarded_options(args: Sequence[str]) -> list[str]:
-    """The parent's plugin, ini, import-mode and conftest options (``-p X``, ``-o k=v``, ``--import-mode=...``)."""
-    kept: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = str(args[index])
-        name, eq, _ = arg.partition("=")
-        if arg in FORWARDED_FLAGS:
-            kept.append(arg)
-        elif arg in FORWARDED_WITH_VALUE and index + 1 < len(args):
-            kept += [arg, str(args[index + 1])]
-            index += 1
-        elif eq and name in FORWARDED_WITH_VALUE and name.startswith("--"):
-            kept.append(arg)
-        elif arg[:2] in ("-p", "-o", "-c") and len(arg) > 2 and not arg.startswith("--"):
-            kept.append(arg)
-        index += 1
-    return kept
-
-
-def child_pytest_args(
-    selection: Sequence[str],
-    backend: str,
-    baselines_dir: Path,
-    xdist: bool,
-    rootdir: Path | None = None,
-    inifile: Path | None = None,
-    parent_args: Sequence[str] = (),
-) -> list[str]:
-    """A short ``--gpuperf`` run of the tests: just enough warm-up for each window to be representative.
-
-    ``selection``: the tests as :func:`ncu_test_key` (absolute file path + the rest of the id), so the child
-    collects them from any working directory (a file outside the rootdir, a parametrized id, a run the parent
-    selected with ``-k``); ``rootdir``/``inifile``: the parent's, so the child's ids, conftests and ini options
-    are the parent's too; ``parent_args``' plugin, ini and import options come along (:func:`forwarded_options`).
-    """
-    args = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "--gpuperf"]
-    if rootdir is not None:
-        args += ["--rootdir", str(rootdir)]
-    if inifile is not None and not any(a in ("-c", "--config-file") or a.startswith("-c") for a in parent_args):
-        args += ["-c", str(inifile)]
-    args += forwarded_options(parent_args)
-    args += ["--gpuperf-backend", backend, "-o", "gpuperf_max_time=0.05", "-o", "gpuperf_min_samples=1"]
-    args += ["-o", "gpuperf_no_confirm=true", "-o", f"gpuperf_baselines={baselines_dir}"]
-    if xdist:
-        args += ["-n", "0"]
-    return args
-
-
 def split_windows(
     kernels: Sequence[KernelRecord], manifest: Sequence[WindowKey]
 ) -> dict[WindowKey, list[KernelRecord]]:
@@ -247,21 +172,13 @@ def capture_session(
     csv_path: Path,
     timeout: float = DEFAULT_TIMEOUT,
     xdist: bool = False,
-    invocation_dir: Path | None = None,
-    inifile: Path | None = None,
-    parent_args: Sequence[str] = (),
-    keys: dict[str, str] | None = None,
+    **options: Any,
 ) -> SessionCapture:
     """Run ``node_ids`` in one child pytest under ncu; every ``measure()`` there is one capture window.
 
-    The child runs where the parent was started (``invocation_dir``, default ``rootdir``: ``python -m pytest``
-    puts it on ``sys.path``, as it did for the parent) with the parent's rootdir, ini file and plugin options.
-    ``keys``: each node id's :func:`ncu_test_key` (the child is given those; without them, the node ids).
+    ``options``: :func:`start_session`'s ``invocation_dir``, ``inifile``, ``parent_args`` and ``keys``.
     """
-    pending = start_session(
-        ncu, node_ids, backend, rootdir, csv_path, xdist, invocation_dir, inifile, parent_args, keys
-    )
-    return pending.finish(timeout)
+    return start_session(ncu, node_ids, backend, rootdir, csv_path, xdist, **options).finish(timeout)
 
 
 def start_session(
@@ -279,26 +196,27 @@ def start_session(
 ) -> PendingSession:
     """Start the ncu child of :func:`capture_session`; ``gated``: it starts up (ncu, Python, imports, collection,
     CUDA context) and then waits until :meth:`PendingSession.release` (or :meth:`~PendingSession.discard`), so its
-    start-up overlaps the parent's measuring of the tests before the first ncu test."""
-    from pytest_gpuperf.distributed.guard import popen_guarded
+    start-up overlaps the parent's measuring of the tests before the first ncu test.
 
+    The child runs where the parent was started (``invocation_dir``, default ``rootdir``: ``python -m pytest``
+    puts it on ``sys.path``, as it did for the parent) with the parent's rootdir, ini file and plugin options.
+    ``keys``: each node id's :func:`ncu_test_key` (the child is given those; without them, the node ids).
+    """
     if not os.access(ncu, os.X_OK):  # the guard would start, then fail to run it: say why here
         raise NcuUnavailable(f"cannot start ncu ({ncu}): not an executable file")
     keys = dict(keys or {})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    if csv_path.exists():
-        csv_path.unlink()
-    scratch = Path(tempfile.mkdtemp(prefix="gpuperf-ncu-"))
-    pending = PendingSession(scratch, csv_path, list(node_ids), keys)
-    env = {**os.environ, ENV_MANIFEST: str(pending.manifest)}
+    csv_path.unlink(missing_ok=True)
+    pending = PendingSession(make_pool_dir("ncu"), csv_path, list(node_ids), keys)
+    env = {**os.environ, ENV_MANIFEST: str(pending.path(MANIFEST))}
     if gated:
-        env.update({GATE_ENV: str(pending.gate), GATE_PARENT_ENV: str(os.getpid())})
+        env.update({GATE_ENV: str(pending.path(GATE)), GATE_PARENT_ENV: str(os.getpid())})
     selection = [keys.get(n, n) for n in node_ids]
     pending.command = ncu_prefix(ncu, csv_path) + child_pytest_args(
-        selection, backend, scratch, xdist, rootdir, inifile, parent_args
+        selection, backend, pending.scratch, xdist, rootdir, inifile, parent_args
     )
     try:
-        with open(pending.stdout, "wb") as out, open(pending.stderr, "wb") as err:
+        with open(pending.path(STDOUT), "wb") as out, open(pending.path(STDERR), "wb") as err:
             pending.proc = popen_guarded(
                 pending.command,
                 env=env,
@@ -308,11 +226,15 @@ def start_session(
                 stdin=subprocess.DEVNULL,
             )
     except OSError as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_pool_dir(pending.scratch)
         raise NcuUnavailable(f"cannot start ncu ({ncu}): {exc}") from None
     if not gated:
         pending.release()
     return pending
+
+
+#: The files of a child's folder: the windows it opened (it appends), its gate, its stdout and stderr.
+MANIFEST, GATE, STDOUT, STDERR = "windows.jsonl", "gate", "stdout.txt", "stderr.txt"
 
 
 @dataclass
@@ -328,36 +250,15 @@ class PendingSession:
     #: perf_counter seconds when the child was told to run (0.0: not yet).
     released_at: float = 0.0
 
-    @property
-    def manifest(self) -> Path:
-        """The windows the child opened (:func:`bracket_step` appends to it)."""
-        return self.scratch / "windows.jsonl"
-
-    @property
-    def gate(self) -> Path:
-        """The file a gated child waits for: ``go`` or ``stop``."""
-        return self.scratch / "gate"
-
-    @property
-    def stdout(self) -> Path:
-        """The child's standard output (ncu's and pytest's)."""
-        return self.scratch / "stdout.txt"
-
-    @property
-    def stderr(self) -> Path:
-        """The child's standard error."""
-        return self.scratch / "stderr.txt"
-
-    def _open_gate(self, word: str) -> None:
-        temporary = self.scratch / "gate.tmp"
-        temporary.write_text(word, encoding="utf-8")
-        os.replace(temporary, self.gate)
+    def path(self, name: str) -> Path:
+        """A file of the child's folder (:data:`MANIFEST`, :data:`GATE`, :data:`STDOUT`, :data:`STDERR`)."""
+        return self.scratch / name
 
     def release(self) -> None:
         """Let the child run its tests (it may still be starting up; it runs as soon as it is ready)."""
         if not self.released_at:
             self.released_at = time.perf_counter()
-            self._open_gate("go")
+            FileGate(self.path(GATE)).open(GO)
 
     def finish(self, timeout: float) -> SessionCapture:
         """Release the child, wait for it (``timeout`` seconds from now) and parse what it captured.
@@ -375,8 +276,8 @@ class PendingSession:
             ) from None
         finally:
             output = self._output()
-            manifest = read_manifest(self.manifest)
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            manifest = read_manifest(self.path(MANIFEST))
+            remove_pool_dir(self.scratch)
         wall = time.perf_counter() - self.released_at
         session = parse_session(self.csv_path, output, manifest, wall, self.command, self.tests)
         session.keys = self.keys
@@ -387,41 +288,21 @@ class PendingSession:
         """The session ended before any test needed the capture: tell the child to leave, and make sure it did."""
         if self.proc is None or self.released_at:
             return
-        self._open_gate("stop")
+        FileGate(self.path(GATE)).open(STOP)
         try:
             self.proc.wait(DISCARD_WAIT_SECONDS)
         except subprocess.TimeoutExpired:
             pass
         self._stop()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_pool_dir(self.scratch)
 
     def _stop(self) -> None:
-        from pytest_gpuperf.distributed.guard import stop_guarded
-
         if self.proc is not None:
             stop_guarded(self.proc)
 
     def _output(self) -> str:
-        texts = [
-            p.read_text(encoding="utf-8", errors="replace") if p.exists() else "" for p in (self.stdout, self.stderr)
-        ]
-        return "\n".join(texts)
-
-
-def wait_for_gate(gate: Path, parent: int, poll: float = GATE_POLL_SECONDS) -> bool:
-    """In a gated child: wait until the parent opens the gate; True for "go", False for "stop" or a gone parent."""
-    while True:
-        try:
-            return gate.read_text(encoding="utf-8").strip() == "go"
-        except OSError:
-            pass
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        time.sleep(poll)
+        paths = (self.path(STDOUT), self.path(STDERR))
+        return "\n".join(p.read_text(encoding="utf-8", errors="replace") if p.exists() else "" for p in paths)
 
 
 def parse_session(
@@ -450,30 +331,3 @@ def parse_session(
 def _tail(text: str, lines: int = 6) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
     return " | ".join(kept)
-
-
-def child_manifest() -> Path | None:
-    """In a child started by :func:`capture_session`: the manifest to append windows to; None elsewhere."""
-    path = os.environ.get(ENV_MANIFEST)
-    return Path(path) if path else None
-
-
-def bracket_step(
-    backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey, test: str | None = None
-) -> None:
-    """One capture window: a marker kernel and one call of ``step`` between profiler start and stop."""
-    import torch
-
-    backend.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    try:
-        torch.cuda._sleep(1)
-        step()
-        backend.synchronize()
-    finally:
-        torch.cuda.cudart().cudaProfilerStop()
-    with manifest.open("a", encoding="utf-8") as handle:
-        entry = {"node_id": key[0], "step": key[1], "occurrence": key[2]}
-        if test is not None:
-            entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
-        handle.write(json.dumps(entry) + "\n")

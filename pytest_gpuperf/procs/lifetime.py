@@ -1,32 +1,20 @@
-"""Process hygiene for worker pools: is the pytest process still there, kill a process group, temp folders.
+"""Process lifetimes: is a process still there, what runs below it, how it ended, kill its group.
 
 * :func:`process_alive`: a process that is gone, a zombie (killed but not yet reaped by its
   parent: ``os.kill(pid, 0)`` still succeeds on it) or a recycled pid all count as dead;
 * :func:`die_with_parent`: ``PR_SET_PDEATHSIG`` (Linux), so a rank dies with its launcher;
-* :func:`make_pool_dir` / :func:`sweep_stale_pool_dirs`: each pool's folder names its owner
-  (pid and start time) and is removed when the pool closes; folders of owners that died
-  without cleaning up are swept when the next pool starts;
-* :func:`exit_now`: a worker's exit without the interpreter's module teardown.
+* :func:`descendants` / :func:`kill_group`: what a child started, and its end.
+
+Standard library only, and no package imports: the guard, run isolated, loads this file by path.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import NoReturn
-
-POOL_DIR_PREFIX = "gpuperf-pool-"
-OWNER_FILE = "owner"
-#: A folder of an older version (no owner file) untouched for this long belongs to a dead pool.
-STALE_SECONDS = 3600.0
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -106,22 +94,6 @@ def describe_exit(proc: subprocess.Popen[bytes] | None, wait: float = 2.0) -> st
     return f"exited with code {code}"
 
 
-def exit_now(code: int) -> NoReturn:
-    """Leave a worker process the plugin started, once its results are sent: non-daemon threads are joined,
-    atexit handlers run and the streams are flushed, as at a normal exit, but the interpreter's module teardown is
-    skipped (about 0.5 s of CPU in a process that imported torch, paid by every rank, replica and A/B worker)."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(code)
-
-
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by ``pid`` (each rank and launcher leads its own), else the pid."""
     try:
@@ -131,44 +103,3 @@ def kill_group(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def make_pool_dir(label: str) -> Path:
-    """A fresh private folder ``gpuperf-pool-<label>-*`` in the temp dir, naming this process as its owner."""
-    sweep_stale_pool_dirs()
-    directory = Path(tempfile.mkdtemp(prefix=f"{POOL_DIR_PREFIX}{label}-"))
-    (directory / OWNER_FILE).write_text(f"{os.getpid()} {process_start_time(os.getpid())}\n")
-    return directory
-
-
-def remove_pool_dir(directory: Path) -> None:
-    """Remove a pool's folder (its logs were read before)."""
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def sweep_stale_pool_dirs(root: Path | None = None, now: float | None = None) -> list[Path]:
-    """Remove pool folders of this user whose owner process is dead; return what was removed."""
-    root = Path(tempfile.gettempdir()) if root is None else root
-    now = time.time() if now is None else now
-    removed: list[Path] = []
-    try:
-        candidates = list(root.glob(f"{POOL_DIR_PREFIX}*"))
-    except OSError:
-        return removed
-    for directory in candidates:
-        try:
-            info = directory.lstat()
-            if not directory.is_dir() or directory.is_symlink() or info.st_uid != os.getuid():
-                continue
-            owner = directory / OWNER_FILE
-            if owner.exists():
-                pid_text, _, start = owner.read_text().strip().partition(" ")
-                stale = not process_alive(int(pid_text), start)
-            else:
-                stale = now - info.st_mtime > STALE_SECONDS
-        except (OSError, ValueError):
-            continue
-        if stale:
-            remove_pool_dir(directory)
-            removed.append(directory)
-    return removed

@@ -1,6 +1,6 @@
 """A guard process between pytest and every command the plugin starts: nothing outlives pytest.
 
-``python -I .../distributed/guard.py PID START -- command...`` runs ``command`` and
+``python -I .../procs/guard.py PID START -- command...`` runs ``command`` and
 makes sure it, and everything it starts, is gone within a fraction of a second of pytest
 going away, however it goes (Ctrl-C, SIGTERM, SIGKILL, a crash):
 
@@ -54,24 +54,24 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def _load_processes() -> Any:
-    """:mod:`.processes` (standard library only): imported as usual, or loaded from this folder by path when the
+def _load_lifetime() -> Any:
+    """:mod:`.lifetime` (standard library only): imported as usual, or loaded from this folder by path when the
     guard runs isolated (``python -I guard.py``: no package on ``sys.path``, and an A/B worker's ``PYTHONPATH``
     may hold another version of this package)."""
     if __package__:
-        from pytest_gpuperf.distributed import processes
+        from pytest_gpuperf.procs import lifetime
 
-        return processes
+        return lifetime
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_gpuperf_guard_processes", Path(__file__).with_name("processes.py"))
+    spec = importlib.util.spec_from_file_location("_gpuperf_guard_lifetime", Path(__file__).with_name("lifetime.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_processes = _load_processes()
+_lifetime = _load_lifetime()
 
 
 def marked(token: str) -> list[int]:
@@ -101,7 +101,7 @@ def kill_everything(token: str) -> None:
     """SIGKILL every descendant of this process and every process marked with ``token``, until none is left."""
     me = os.getpid()
     for _ in range(50):
-        pids = (set(_processes.descendants(me)) | set(marked(token))) - {me}
+        pids = (set(_lifetime.descendants(me)) | set(marked(token))) - {me}
         if not pids:
             return
         for pid in pids:
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
-    if not _processes.process_alive(parent, start):  # pytest died before the request took effect
+    if not _lifetime.process_alive(parent, start):  # pytest died before the request took effect
         return 137
     child = subprocess.Popen(command, env={**os.environ, TOKEN_ENV: token})
     code: int | None = None
@@ -135,14 +135,17 @@ def main(argv: list[str]) -> int:
             code = child.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
             pass
-        if code is None and (stop or os.getppid() != parent or not _processes.process_alive(parent, start)):
+        if code is None and (stop or os.getppid() != parent or not _lifetime.process_alive(parent, start)):
             break  # asked to stop, or pytest is gone (re-parented, a zombie or a recycled pid)
     kill_everything(token)
     if code is None:
         os.killpg(os.getpgid(0), signal.SIGKILL)  # the last step: the group, this guard included
         return 137
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP keep their default: nothing to restore
+            pass
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
@@ -158,7 +161,7 @@ def popen_guarded(command: list[str], env: dict[str, str] | None = None, **kwarg
     if not supported():
         return subprocess.Popen(command, env=run_env, start_new_session=True, **kwargs)
     run_env[TOKEN_ENV] = secrets.token_hex(8)
-    me, start = os.getpid(), _processes.process_start_time(os.getpid())
+    me, start = os.getpid(), _lifetime.process_start_time(os.getpid())
     # Run by path, isolated (-I): the guard needs only the standard library, whatever PYTHONPATH the command gets
     # (an A/B worker of the ref's side may put another version of this package first).
     guard = [sys.executable, "-I", str(Path(__file__).resolve()), str(me), start, "--", *command]
@@ -169,7 +172,7 @@ def popen_guarded(command: list[str], env: dict[str, str] | None = None, **kwarg
 
 def stop_guarded(proc: subprocess.Popen[Any]) -> None:
     """Kill a guarded command and everything it started: the guard's group, its descendants, its marked processes."""
-    pids = _processes.descendants(proc.pid) if supported() else []
+    pids = _lifetime.descendants(proc.pid) if supported() else []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
