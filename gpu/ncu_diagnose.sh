@@ -16,7 +16,7 @@ if os.environ.get("GPUPERF_NCU_MANIFEST"):
 PY
 start=$(date +%s)
 PYTHONPATH=/tmp/fh:${PYTHONPATH:-} timeout ${NCU_WAIT:-100} python3 -m pytest perf_tests/test_seed_kernels.py \
-  -k ${TEST:-linear} --gpuperf --gpuperf-backend cuda --gpuperf-ncu -o gpuperf_ncu_timeout=${NCU_TIMEOUT:-80} \
+  -k "${TEST:-linear}" --gpuperf --gpuperf-backend cuda --gpuperf-ncu -o gpuperf_ncu_timeout=${NCU_TIMEOUT:-80} \
   -o gpuperf_artifacts=/tmp/art -p no:cacheprovider -q -rs -v 2>&1 | grep -v USDT | tail -40 | tee $OUT/ncu/run.txt
 echo "wall $(( $(date +%s) - start )) s" | tee -a $OUT/ncu/run.txt
 sleep 2; ps -eo pid,etime,args | grep -E "ncu|pytest" | grep -v grep | cut -c1-200 | tee $OUT/ncu/left.txt
