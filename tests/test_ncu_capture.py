@@ -102,6 +102,28 @@ def test_a_timeout_names_the_option_to_raise(tmp_path: Path) -> None:
         capture_session(str(fake), ["t.py::t"], "cuda", tmp_path, tmp_path / "y.csv", timeout=0.5)
 
 
+def test_an_overrun_session_is_stopped_inside_its_budget_with_ncus_last_words(tmp_path: Path) -> None:
+    """The budget is the whole session's; the message quotes what ncu said last; nothing of the child is left."""
+    import time
+
+    from pytest_gpuperf.procs.lifetime import process_alive as alive
+
+    fake = fake_ncu(tmp_path, "echo '==PROF== Connected to process 4242'\necho $$ > child.pid\nsleep 60\n")
+    started = time.monotonic()
+    with pytest.raises(NcuUnavailable) as raised:
+        capture_session(str(fake), ["t.py::a", "t.py::b"], "cuda", tmp_path, tmp_path / "y.csv", timeout=1.0)
+    assert time.monotonic() - started < 30  # 1 s budget for both tests (not per test), then a bounded stop
+    message = str(raised.value)
+    assert "2 test(s) ran past its 1 s budget" in message and "gpuperf_ncu_timeout" in message
+    assert "==PROF== Connected to process 4242" in message
+    pid_file = next(tmp_path.rglob("child.pid"), None)
+    if pid_file is not None:
+        deadline = time.monotonic() + 5
+        while alive(int(pid_file.read_text())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(int(pid_file.read_text()))
+
+
 def test_the_child_gets_its_manifest_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(ENV_MANIFEST, raising=False)
     assert child_manifest() is None

@@ -188,7 +188,7 @@ class ProfilingExtension:
         pending, self._ncu_pending = self._ncu_pending, None
         try:
             if together and pending is not None:
-                self._ncu_session = pending.finish(self.settings.ncu_timeout * max(1, len(node_ids)))
+                self._ncu_session = pending.finish(self.settings.ncu_timeout)
                 return self._ncu_session
             if pending is not None:
                 pending.discard()
@@ -198,7 +198,7 @@ class ProfilingExtension:
                 "cuda",
                 self.settings.rootdir,
                 self.settings.artifacts_dir / f"{stem}.ncu.csv",
-                self.settings.ncu_timeout * max(1, len(node_ids)),
+                self.settings.ncu_timeout,
                 self.settings.xdist,
                 invocation_dir=self.settings.invocation_dir,
                 inifile=self.settings.inifile,

@@ -270,10 +270,7 @@ class PendingSession:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self._stop()
-            raise NcuUnavailable(
-                f"the ncu session of {len(self.tests)} test(s) ran past {timeout:.0f} s; "
-                "raise the ini key gpuperf_ncu_timeout"
-            ) from None
+            raise NcuUnavailable(self._overrun(timeout)) from None
         finally:
             output = self._output()
             manifest = read_manifest(self.path(MANIFEST))
@@ -283,6 +280,17 @@ class PendingSession:
         session.keys = self.keys
         session.output_tail = _tail(output, 3)
         return session
+
+    def _overrun(self, timeout: float) -> str:
+        """Why the session was stopped: its budget, how far the child got, and ncu's own last words."""
+        windows = read_manifest(self.path(MANIFEST))
+        done = sorted({test.rsplit("/", 1)[-1] for test, _, _ in windows})
+        last_words = _tail(self._output(), 3) or "nothing"
+        return (
+            f"the ncu session of {len(self.tests)} test(s) ran past its {timeout:.0f} s budget (ini key "
+            f"gpuperf_ncu_timeout) and was stopped; windows captured: {', '.join(done) or 'none'} (ncu replays each "
+            f"kernel of a window, so a step of many kernels takes long); ncu's last words: {last_words}"
+        )
 
     def discard(self) -> None:
         """The session ended before any test needed the capture: tell the child to leave, and make sure it did."""

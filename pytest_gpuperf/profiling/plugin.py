@@ -55,8 +55,9 @@ OPTIONS: list[tuple[Any, ...]] = [
     (
         "gpuperf_ncu_timeout",
         "float",
-        300.0,
-        "seconds one ncu capture of a test may take before it is skipped",
+        120.0,
+        "seconds the session's ncu capture may take in all (one child captures every ncu test); past it the "
+        "session's ncu tests are skipped with ncu's last words and the child is stopped",
         {"above": 0, "section": "timeouts"},
     ),
 ]
