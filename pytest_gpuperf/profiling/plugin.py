@@ -101,6 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(NcuChildExtension(manifest), "gpuperf-ncu-child")
         return
+    from pytest_gpuperf.profiling.compile_health import CompileHealth
+
+    config.pluginmanager.register(CompileHealth(), "gpuperf-compile-health")
     from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
     from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
 
