@@ -102,8 +102,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(NcuChildExtension(manifest), "gpuperf-ncu-child")
         return
     from pytest_gpuperf.profiling.compile_health import CompileHealth
+    from pytest_gpuperf.profiling.memory_sites import MemorySites
 
     config.pluginmanager.register(CompileHealth(), "gpuperf-compile-health")
+    config.pluginmanager.register(MemorySites(), "gpuperf-memory-sites")
     from pytest_gpuperf.profiling.extension import ProfilingExtension, ProfilingSettings
     from pytest_gpuperf.profiling.roofs import RoofProvider, RoofStore
 
