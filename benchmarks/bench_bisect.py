@@ -28,8 +28,10 @@ WORK = {work}
 
 
 def test_chain(gpuperf):
+    n = gpuperf.pick(cpu=160, cuda=4096)
+    dtype = torch.bfloat16 if gpuperf.backend_name == "cuda" else torch.float32
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(160, 160, generator=gen)
+    a = (torch.randn(n, n, generator=gen) / n**0.5).to(gpuperf.device, dtype)
 
     def step():
         out = a
@@ -37,7 +39,7 @@ def test_chain(gpuperf):
             out = torch.tanh(out @ a)
         return out
 
-    gpuperf.measure(step, flops=8 * 2 * 160**3)
+    gpuperf.measure(step, flops=8 * 2 * n**3)
 """
 
 
@@ -68,8 +70,9 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=16)
     parser.add_argument("--bad", type=int, default=9, help="the first slow commit (1-based)")
     parser.add_argument("--factor", type=int, default=2, help="work factor of the slow commits")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
-    pytest_args = ["-p", "no:cacheprovider", "test_perf.py"]
+    pytest_args = ["-p", "no:cacheprovider", "--gpuperf-backend", args.device, "test_perf.py"]
     with tempfile.TemporaryDirectory() as folder:
         repo = Path(folder) / "repo"
         started = time.perf_counter()
@@ -81,8 +84,8 @@ def main() -> None:
         done = subprocess.run(["git", "bisect", "run", *command], cwd=repo, capture_output=True, text=True, env=env)
         out = first + done.stdout
     steps = re.findall(r"\[([0-9a-f]{40})\] change (\d+)", out)
-    exits = re.findall(r"gpuperf bisect: exit (\d+) \(([^)]*)\)", out)
-    verdicts = re.findall(r"step: time [^\n]*?(\+[0-9.]+%|-[0-9.]+%)", out)
+    exits = re.findall(r"gpuperf bisect: exit (\d+) \((.*)\)\n", out)
+    verdicts = re.findall(r"time [0-9.]+ [mu]?s [<>] baseline [^(]*\(([+-][0-9.]+%)", out)
     print(f"{args.commits} commits, commit {args.bad} does {args.factor}x the work; baseline recorded in {built:.0f} s")
     print(f"{'bisect step':<12} {'commit':>6} {'exit':>5}  reason")
     for i, (_, number) in enumerate(steps):
