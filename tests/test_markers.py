@@ -161,7 +161,7 @@ def test_step(gpuperf):
 )
 def test_strict_with_an_absent_requested_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(STEP)
-    result = pytester.runpytest("--gpuperf-backend", "cuda", "--gpuperf-strict", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--gpuperf", "--gpuperf-backend", "cuda", "--gpuperf-strict", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--gpuperf-backend cuda with --gpuperf-strict: the cuda backend is not available on this machine (*"]
