@@ -236,8 +236,9 @@ def _bind(function: Callable[..., Any], node_id: str, name: str, args: tuple[Any
     accepted = [p for p in inspect.signature(function).parameters if p != "where"]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
-        guesses = [f"{name} -> {close[0]}" for name in unknown if (close := get_close_matches(name, accepted, n=1))]
-        hint = f" (did you mean: {', '.join(guesses)}?)" if guesses else ""
+        guesses = {name: close[0] for name in unknown if (close := get_close_matches(name, accepted, n=1))}
+        named = ", ".join(guess if len(unknown) == 1 else f"{guess} for {name}" for name, guess in guesses.items())
+        hint = f" (did you mean {named}?)" if guesses else ""
         raise MarkerError(f"{where} got unknown argument(s) {unknown}{hint}; known: {sorted(accepted)}")
     try:
         inspect.signature(function).bind(*args, **kwargs)

@@ -41,7 +41,7 @@ def test_gpuperf_marker_returns_only_the_keys_given_checked() -> None:
         ({"informational": 3}, "informational=...) must be a metric name or a list of metric names"),
         (
             {"time_tolerence": 0.1},
-            "got unknown argument(s) ['time_tolerence']; known: ['bound', 'host_tolerance', 'informational'",
+            "got unknown argument(s) ['time_tolerence'] (did you mean time_tolerance?); known: ['bound'",
         ),
     ],
 )
