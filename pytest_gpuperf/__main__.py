@@ -1,4 +1,4 @@
-"""``python -m pytest_gpuperf COMMAND``: the ``gpuperf`` command (``history``)."""
+"""``python -m pytest_gpuperf COMMAND``: the ``gpuperf`` command (``history``, ``show``)."""
 
 from pytest_gpuperf.history.cli import main
 

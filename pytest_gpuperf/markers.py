@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping
+from difflib import get_close_matches
 from typing import Any
 
 from pytest_gpuperf.validate import NumberError, positive_int, positive_number
@@ -163,8 +164,53 @@ def _metric_tolerances(value: Any, what: str) -> dict[str, float]:
     return {name: _tolerance(item, f"{what}[{name!r}]") for name, item in value.items()}
 
 
+#: Marker keys whose values are tolerance fractions (each number, per backend or per metric).
+TOLERANCE_KEYS = ("time_tolerance", "memory_tolerance", "host_tolerance", "tolerance", "tolerances")
+
+
+def fraction_hint(given: str, value: float) -> str:
+    """Why a tolerance >= 1 is worth a warning (``given``: how it was written): what it is read as."""
+    return (
+        f"{given}: tolerances are fractions (0.05 = 5%), so {value:g} is read as +{value * 100:.0f}%; "
+        f"if you meant {value:g}%, write {value / 100:g}"
+    )
+
+
+def large_tolerances(options: Mapping[str, Any], where: str = "@pytest.mark.gpuperf") -> list[str]:
+    """A :func:`fraction_hint` for every tolerance >= 1 among a marker's checked options (kept: it may be meant)."""
+    found = []
+    for key in TOLERANCE_KEYS:
+        value = options.get(key)
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for name, number in items:
+            if isinstance(number, (int, float)) and number >= 1:
+                given = f"{number:g}" if name is None else f"{{{name!r}: {number:g}}}"
+                found.append(fraction_hint(f"{where}({key}={given})", float(number)))
+    return found
+
+
 #: Keys accepted by ``@pytest.mark.gpuperf(...)``.
-GPUPERF_MARKER_KEYS = frozenset(p for p in inspect.signature(gpuperf_marker).parameters if p != "where")
+GPUPERF_MARKER_ARGS = tuple(p for p in inspect.signature(gpuperf_marker).parameters if p != "where")
+GPUPERF_MARKER_KEYS = frozenset(GPUPERF_MARKER_ARGS)
+
+
+#: What ``pytest --markers`` says of ``gpuperf(...)`` after its signature (the keywords come from markers.py).
+GPUPERF_MARKER_HELP = (
+    "perf-test settings for pytest-gpuperf; tolerances are fractions (0.05 = 5%) or mappings per backend "
+    "({'cuda': 0.15}), host_tolerance is a CUDA step's host overhead's, tolerances maps metric names to their own "
+    "tolerance, bound asserts the expected memory/compute/latency-bound class, informational names metrics that are "
+    "recorded and shown but never fail the test (optionally per backend)"
+)
+BACKENDS_MARKER = (
+    "gpuperf_backends(*names): backends this perf test supports (cuda, mps, vulkan, cpu, or a plugin's); "
+    "it runs once per selected available backend and is skipped with the reason where a backend is absent"
+)
+
+
+def marker_lines() -> tuple[str, ...]:
+    """The ``markers`` ini lines: ``gpuperf(...)`` lists every keyword :func:`.markers.gpuperf_marker` accepts."""
+    signature = ", ".join(f"{key}=None" for key in GPUPERF_MARKER_ARGS)
+    return (f"gpuperf({signature}): {GPUPERF_MARKER_HELP}", BACKENDS_MARKER)
 
 
 def gpuperf_backends_marker(*names: Any, where: str = "@pytest.mark.gpuperf_backends") -> tuple[str, ...]:
@@ -190,7 +236,10 @@ def _bind(function: Callable[..., Any], node_id: str, name: str, args: tuple[Any
     accepted = [p for p in inspect.signature(function).parameters if p != "where"]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
-        raise MarkerError(f"{where} got unknown argument(s) {unknown}; known: {sorted(accepted)}")
+        guesses = {name: close[0] for name in unknown if (close := get_close_matches(name, accepted, n=1))}
+        named = ", ".join(guess if len(unknown) == 1 else f"{guess} for {name}" for name, guess in guesses.items())
+        hint = f" (did you mean {named}?)" if guesses else ""
+        raise MarkerError(f"{where} got unknown argument(s) {unknown}{hint}; known: {sorted(accepted)}")
     try:
         inspect.signature(function).bind(*args, **kwargs)
     except TypeError as exc:

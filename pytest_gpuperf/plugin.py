@@ -20,6 +20,7 @@ from pytest_gpuperf.keys import BACKEND_KEY, SESSION_KEY
 from pytest_gpuperf.settings import (
     add_options,
     check_all_options,
+    check_needs_gpuperf,
     get_option,
     resolve_settings,
     selected_backends,
@@ -151,17 +152,6 @@ OPTIONS: list[tuple[Any, ...]] = [
     ),
 ]
 
-MARKERS = (
-    "gpuperf(time_tolerance=None, memory_tolerance=None, tolerance=None, tolerances=None, max_time=None, "
-    "min_samples=None, precision=None, bound=None, informational=None): perf-test settings for pytest-gpuperf; "
-    "tolerances are fractions (0.05 = 5%) or mappings per backend ({'cuda': 0.15}), tolerances maps metric names "
-    "to their own tolerance, bound asserts the expected memory/compute/latency-bound class, informational names "
-    "metrics that are recorded and shown but never fail the test (optionally per backend)",
-    "gpuperf_backends(*names): backends this perf test supports (cuda, mps, vulkan, cpu, or a plugin's); "
-    "it runs once per selected available backend and is skipped with the reason where a backend is absent",
-)
-
-
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Declare the hooks feature plugins implement (:mod:`pytest_gpuperf.hookspecs`)."""
     from pytest_gpuperf import hookspecs
@@ -177,10 +167,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Register markers always; start the measuring session only under ``--gpuperf``."""
-    for marker in MARKERS:
+    from pytest_gpuperf.markers import marker_lines
+
+    for marker in marker_lines():
         config.addinivalue_line("markers", marker)
     check_all_options(config)
     warn_deprecated(config)
+    _refuse_options_without_gpuperf(config)
     if get_option(config, "--gpuperf-backend"):
         selected_backends(config)  # raises pytest.UsageError listing known backends
     if not (get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update")):
@@ -192,6 +185,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpuperf-session")
     _use_synchronized_benchmark_timer(config)
+
+
+def _refuse_options_without_gpuperf(config: pytest.Config) -> None:
+    """A flag that means something only under ``--gpuperf`` (``--gpuperf-json`` ...) without it is a usage error:
+    a CI line that forgot ``--gpuperf`` would gate nothing and say nothing. The recording flags turn it on."""
+    found = check_needs_gpuperf(config)
+    if found is None or config.option.help:
+        return
+    name, message = found
+    if name == "--gpuperf-bisect":  # git bisect run reads exit 4 as "bad commit"; above 127 stops the bisection
+        pytest.exit(f"{message}; exit 128 stops git bisect run", returncode=128)
+    raise pytest.UsageError(message)
 
 
 #: Warnings torch emits for the plugin's own timing machinery, not for the user's code.
@@ -251,6 +256,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if problem:
         where = marker_location(metafunc.function, name, metafunc.definition.location[:2])
         pytest.fail(f"{where}: {problem}", pytrace=False)  # a collection error of this module, message only
+    _warn_large_tolerances(metafunc)
     if declared is not None:
         from pytest_gpuperf.backends import known_backend_names
 
@@ -266,6 +272,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for p in plan_backends(declared, selected_backends(metafunc.config))
     ]
     metafunc.parametrize("gpuperf_backend", params, indirect=True, scope="module")
+
+
+def _warn_large_tolerances(metafunc: pytest.Metafunc) -> None:
+    """Under ``--gpuperf``: a GpuperfWarning at the test for each marker tolerance >= 1 (``time_tolerance=10`` is
+    +1000%, likely meant as 10%); it is kept, as a deliberately loose gate may need it."""
+    if metafunc.config.stash.get(SESSION_KEY, None) is None:
+        return
+    from pytest_gpuperf.markers import large_tolerances
+    from pytest_gpuperf.results import GpuperfWarning
+
+    checked = metafunc.config.stash.get(MARKER_OPTIONS_KEY, {})
+    for mark in metafunc.definition.iter_markers("gpuperf"):
+        for line in large_tolerances(checked[id(mark)][1]):
+            metafunc.definition.warn(GpuperfWarning(f"{metafunc.definition.nodeid}: {line}"))
 
 
 @pytest.hookimpl(trylast=True)

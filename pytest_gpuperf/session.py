@@ -63,6 +63,17 @@ class GpuperfSession:
         self.judging = Judging(settings, FileBaselines(settings, ref_loader), choose_sink(config, settings))
         self.outcomes: dict[str, TestOutcome] = {}
 
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """A GpuperfWarning for each ini tolerance >= 1: kept (a loose gate may be meant), saying how it is read."""
+        from pytest_gpuperf.markers import fraction_hint
+        from pytest_gpuperf.results import GpuperfWarning
+
+        for name in ("time_tolerance", "cpu_time_tolerance", "memory_tolerance", "host_tolerance"):
+            value = float(getattr(self.settings, name))
+            if value >= 1 and not hasattr(config, "workerinput"):  # an xdist worker: its controller warned
+                hint = fraction_hint(f"gpuperf_{name} = {value:g}", value)
+                config.issue_config_time_warning(GpuperfWarning(hint), stacklevel=2)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Measure the host CPU's calibration once, before any test runs, when a selected test times on it."""
         from pytest_gpuperf.timing import calibration
@@ -96,6 +107,10 @@ class GpuperfSession:
 
         for line in self.judging.warnings_for(node_id):
             item.warn(GpuperfWarning(line))  # shown at the test's file and line, as pytest's own warnings are
+        if outcome.excinfo is None and not self.outcomes[node_id].verdicts:
+            unmeasured = _unmeasured(item)
+            if unmeasured:
+                item.warn(GpuperfWarning(unmeasured))
 
     def _replicate(self, item: pytest.Item) -> None:
         """``gpuperf_processes`` under ``--gpuperf-update``; else a fresh-process confirmation of a suspect."""
@@ -185,6 +200,27 @@ def _fail(report: pytest.TestReport, reasons: list[FailureReason]) -> None:
             report.longrepr = f"{report.longrepr}\n{reason.detail}"
         elif reason.detail and hasattr(report.longrepr, "addsection"):
             report.longrepr.addsection(reason.title or f"gpuperf {reason.source}", reason.detail)  # type: ignore[union-attr]
+
+
+def _unmeasured(item: pytest.Item) -> str:
+    """Why a passed perf test that reported no verdict judged nothing ('' when it is no perf test, or measured
+    elsewhere: a distributed test's ranks, pytest-benchmark's fixture)."""
+    names = getattr(item, "fixturenames", ())
+    handle = getattr(item, "funcargs", {}).get("gpuperf")
+    measured = handle is not None and bool(handle.metrics or handle.measurements)
+    if measured or item.get_closest_marker("gpuperf_distributed"):
+        return ""
+    if "gpuperf" in names:
+        return (
+            f"{item.nodeid} uses the gpuperf fixture but never called gpuperf.measure() or gpuperf.record(): "
+            "nothing was measured or judged"
+        )
+    if item.get_closest_marker("gpuperf") is not None and "benchmark" not in names:
+        return (
+            f"{item.nodeid} is marked @pytest.mark.gpuperf but does not use the gpuperf fixture: nothing was measured "
+            "or judged; take the gpuperf fixture and call gpuperf.measure(step)"
+        )
+    return ""
 
 
 def _times_on_host_cpu(item: pytest.Item) -> bool:

@@ -196,6 +196,50 @@ def command_line_value(config: pytest.Config, name: str) -> str | None:
     return given
 
 
+#: What each option that means something only under ``--gpuperf`` does (``--gpuperf-ab``'s check is in ab/plugin.py).
+NEEDS_GPUPERF = {
+    "--gpuperf-strict": "fails perf tests that have no baseline or an inconclusive verdict",
+    "--gpuperf-json": "writes the perf verdicts",
+    "--gpuperf-markdown": "writes the perf verdicts",
+    "--gpuperf-baseline-ref": "judges perf tests against a git ref's baselines",
+    "--gpuperf-profile": "profiles measured steps",
+    "--gpuperf-ncu": "profiles measured steps under Nsight Compute",
+    "--gpuperf-bisect": "turns perf verdicts into git bisect's exit status",
+    "gpuperf_plot": "plots measured steps",
+}
+
+
+def needs_gpuperf_message(usage: str, what: str) -> str:
+    """The usage error of an option given without ``--gpuperf``: it names the option and the fix."""
+    return (
+        f"{usage} {what}, and without --gpuperf nothing is measured (each step runs once): add --gpuperf "
+        f"(pytest --gpuperf {usage})"
+    )
+
+
+def check_needs_gpuperf(config: pytest.Config) -> tuple[str, str] | None:
+    """(the option, its usage error) for an option this run's command line gave (a flag or ``-o key=...``) that
+    means something only under ``--gpuperf`` while it is off; None when there is none. The ini file (its keys and
+    ``addopts``) never errs: a project may set ``gpuperf_plot`` for every run, measured or not."""
+    if get_option(config, "--gpuperf") or get_option(config, "--gpuperf-update") or hasattr(config, "workerinput"):
+        return None
+    addopts = [str(a) for a in (config.getini("addopts") or [])]
+    for name, what in NEEDS_GPUPERF.items():
+        option = _REGISTRY.get(ini_name(name))
+        value = command_line_value(config, name)
+        if option is None or not value or (option.kind == "bool" and value.lower() not in ("1", "true", "yes", "on")):
+            continue
+        flag = option.flag or option.name
+        if any(a == flag or a.startswith(f"{flag}=") or f"{option.name}=" in a for a in addopts):
+            continue  # from the ini file's addopts
+        if config.getoption(option.name, default=None) is None:
+            usage = f"-o {option.name}={value}"
+        else:
+            usage = flag if option.kind == "bool" else f"{flag} {value}"
+        return name, needs_gpuperf_message(usage, what)
+    return None
+
+
 def _registered_here(config: pytest.Config) -> list[Option]:
     """Options registered in this run (a feature plugin disabled with ``-p no:...`` registered none)."""
     registered = getattr(getattr(config, "_parser", None), "_inidict", None)

@@ -264,7 +264,8 @@ def test_unknown_marker_argument_is_a_clear_error(pytester: pytest.Pytester, fas
     )
     result = pytester.runpytest("--gpuperf", *fast_args)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*@pytest.mark.gpuperf got unknown argument(s) ?'tolerence'?; known:*"])
+    expected = "*@pytest.mark.gpuperf got unknown argument(s) ?'tolerence'? (did you mean tolerance?); known:*"
+    result.stdout.fnmatch_lines([expected])
 
 
 def test_ini_twins_configure_the_plugin(pytester: pytest.Pytester) -> None:

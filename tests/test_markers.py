@@ -41,7 +41,7 @@ def test_gpuperf_marker_returns_only_the_keys_given_checked() -> None:
         ({"informational": 3}, "informational=...) must be a metric name or a list of metric names"),
         (
             {"time_tolerence": 0.1},
-            "got unknown argument(s) ['time_tolerence']; known: ['bound', 'host_tolerance', 'informational'",
+            "got unknown argument(s) ['time_tolerence'] (did you mean time_tolerance?); known: ['bound'",
         ),
     ],
 )
@@ -161,7 +161,7 @@ def test_step(gpuperf):
 )
 def test_strict_with_an_absent_requested_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(STEP)
-    result = pytester.runpytest("--gpuperf-backend", "cuda", "--gpuperf-strict", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--gpuperf", "--gpuperf-backend", "cuda", "--gpuperf-strict", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--gpuperf-backend cuda with --gpuperf-strict: the cuda backend is not available on this machine (*"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf.keys import SESSION_KEY
-from pytest_gpuperf.settings import add_options, get_option, ini_name
+from pytest_gpuperf.settings import add_options, get_option, ini_name, needs_gpuperf_message
 
 if TYPE_CHECKING:
     from pytest_gpuperf.ab.state import AbState
@@ -78,9 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        raise pytest.UsageError(
-            "--gpuperf-ab REF measures perf tests: add --gpuperf (pytest --gpuperf --gpuperf-ab REF)"
-        )
+        raise pytest.UsageError(needs_gpuperf_message(f"--gpuperf-ab {ref}", "measures perf tests"))
     from pytest_gpuperf.ab.state import AbState
 
     try:

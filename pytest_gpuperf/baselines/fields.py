@@ -58,6 +58,8 @@ class EntryField:
     #: Who reads it, for the docs and error messages.
     read_by: str = ""
     required: bool = False
+    #: What it means, in one line (``gpuperf show`` prints it).
+    meaning: str = ""
 
 
 # -- checks ----------------------------------------------------------------------------------------------------
@@ -202,60 +204,118 @@ def _samples_loosen(before: dict[str, Any], after: dict[str, Any]) -> bool:
 
 #: Every field of a metric entry that a verdict reads, in the order they are checked.
 ENTRY_FIELDS: list[EntryField] = [
-    EntryField("kind", _word("kind"), changed("kind"), "judging (which comparison)"),
-    EntryField("unit", _word("unit"), read_by="reports"),
-    EntryField("better", _better, changed("better"), "judging (direction)"),
-    EntryField("method", _word("method"), read_by="the timing plan (how a run is timed)"),
-    EntryField("value", _value, _value_loosens, "judging", required=True),
-    EntryField("samples", _samples, _samples_loosen, "judging (bootstrap), the stop rule"),
+    EntryField(
+        "kind",
+        _word("kind"),
+        changed("kind"),
+        "judging (which comparison)",
+        meaning="what is measured, which decides how it is judged (time, throughput, memory, work, custom ...)",
+    ),
+    EntryField(
+        "unit",
+        _word("unit"),
+        read_by="reports",
+        meaning="the unit of value and samples (s = seconds per step, B = bytes)",
+    ),
+    EntryField(
+        "better",
+        _better,
+        changed("better"),
+        "judging (direction)",
+        meaning="the direction that is an improvement (equal: any change past the tolerance fails, e.g. counted work)",
+    ),
+    EntryField(
+        "method",
+        _word("method"),
+        read_by="the timing plan (how a run is timed)",
+        meaning="how it was timed (thread_cpu, wall, cuda_graph, cupti, events ...)",
+    ),
+    EntryField(
+        "value",
+        _value,
+        _value_loosens,
+        "judging",
+        required=True,
+        meaning="the baseline: the judged quantile of the recorded samples, or the recorded number",
+    ),
+    EntryField(
+        "samples",
+        _samples,
+        _samples_loosen,
+        "judging (bootstrap), the stop rule",
+        meaning="the recording's per-step measurements; a run's are compared with them by a bootstrap",
+    ),
     EntryField(
         "sm_clock_mhz",
         bounded(positive_number, "sm_clock_mhz", 100_000),
         clock_moved("sm_clock_mhz", "CLOCK_CHANGE"),
         "evidence (another SM clock makes a verdict inconclusive unless the cycles decide)",
+        meaning="the GPU's SM clock while recording; at another clock the cycles decide, or it is inconclusive",
     ),
     EntryField(
         "mem_clock_mhz",
         bounded(positive_number, "mem_clock_mhz", 100_000),
         clock_moved("mem_clock_mhz", "MEM_CLOCK_CHANGE"),
         "evidence (another memory clock makes a memory-bound step's verdict inconclusive)",
+        meaning="the GPU's memory clock while recording; another one makes a memory-bound verdict inconclusive",
     ),
     EntryField(
         "clock_exponent",
         bounded(non_negative_number, "clock_exponent", 10.0),
         read_by="the clock rule (how far the step's time follows the SM clock)",
+        meaning="how far the step's time follows the SM clock (time ~ clock^-exponent; 1: fully)",
     ),
     EntryField(
         "clock_exponent_se",
         bounded(non_negative_number, "clock_exponent_se", 10.0),
         larger("clock_exponent_se"),
         "the clock rule (a wider exponent band excuses more of a moved clock)",
+        meaning="the standard error of clock_exponent",
     ),
     EntryField(
         "process_spread",
         bounded(non_negative_number, "process_spread", 10.0),
         larger("process_spread"),
         "evidence (a spread past the tolerance makes a verdict inconclusive)",
+        meaning="max/min - 1 of the value over the recording's processes; past the tolerance: inconclusive",
     ),
-    EntryField("processes", bounded(positive_int, "processes", 10_000), read_by="reports"),
+    EntryField(
+        "processes",
+        bounded(positive_int, "processes", 10_000),
+        read_by="reports",
+        meaning="how many fresh processes the baseline was recorded from",
+    ),
     EntryField(
         "min_detectable_change",
         bounded(non_negative_number, "min_detectable_change", NOISE_FIGURE_LIMIT),
         read_by="judging (the failure message)",
+        meaning="the smallest slowdown the gate catches with 95% power at this tolerance and noise",
     ),
-    EntryField("noise_bound", bounded(non_negative_number, "noise_bound", NOISE_FIGURE_LIMIT), read_by="reports"),
-    EntryField("eager_time", bounded(non_negative_number, "eager_time", 1e6), read_by="reports (host overhead)"),
+    EntryField(
+        "noise_bound",
+        bounded(non_negative_number, "noise_bound", NOISE_FIGURE_LIMIT),
+        read_by="reports",
+        meaning="the slowdown unchanged code reaches in 5% of runs: a tolerance below it fails by chance",
+    ),
+    EntryField(
+        "eager_time",
+        bounded(non_negative_number, "eager_time", 1e6),
+        read_by="reports (host overhead)",
+        meaning="a CUDA step's eager time per step; its host overhead is eager time minus device time",
+    ),
     EntryField(
         "calibration",
         bounded(positive_number, "calibration", 10.0),
         moved("calibration", 0.01),
         "the machine rule (another host-CPU speed makes a verdict inconclusive)",
+        meaning="seconds per call of a fixed CPU kernel in the recording process: the host CPU's speed",
     ),
     EntryField(
         "calibration_spread",
         bounded(non_negative_number, "calibration_spread", 10.0),
         larger("calibration_spread"),
         "the machine rule (a wider band excuses a slower machine)",
+        meaning="how sure calibration is (a higher quantile over it, minus 1)",
     ),
 ]
 

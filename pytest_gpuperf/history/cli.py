@@ -1,4 +1,4 @@
-"""The ``gpuperf`` command: ``gpuperf history`` (also ``python -m pytest_gpuperf history``).
+"""The ``gpuperf`` command: ``gpuperf history`` and ``gpuperf show NODEID`` (also ``python -m pytest_gpuperf ...``).
 
 Exit status: 0 when read, 1 when ``--fail-on-creep`` and a series creeps, 2 on a usage or read error.
 """
@@ -10,6 +10,7 @@ import fnmatch
 import sys
 from pathlib import Path
 
+from pytest_gpuperf.baselines.show import show
 from pytest_gpuperf.history.analysis import Finding, analyse
 from pytest_gpuperf.history.changepoints import DEFAULT_ALPHA
 from pytest_gpuperf.history.render import markdown, terminal_table, write_json, write_text
@@ -104,7 +105,7 @@ def _output(args: argparse.Namespace, findings: list[Finding], notes: list[str])
     return 1 if args.fail_on_creep and any(f.creeping for f in findings) else 0
 
 
-COMMANDS = {"history": history}
+COMMANDS = {"history": history, "show": show}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         names = ", ".join(COMMANDS)
-        print(f"usage: gpuperf {{{names}}} [options]; gpuperf history --help for its options", file=sys.stderr)
+        print(f"usage: gpuperf {{{names}}} [options]; gpuperf COMMAND --help for its options", file=sys.stderr)
         return 2
     return COMMANDS[argv[0]](argv[1:])
