@@ -42,6 +42,7 @@ class Terminal:
     def __init__(self, verbosity: int = 0) -> None:
         self.verbosity = verbosity
         self.lines: list[str] = []
+        self.config: Any = None
 
     def write_line(self, line: str, **markup: bool) -> None:
         self.lines.extend(str(line).splitlines())
@@ -123,6 +124,11 @@ def test_an_inconclusive_reason_is_printed_once_by_default_and_its_own_line_come
     quiet = Terminal(-1)
     write_terminal_summary(quiet, records)
     assert quiet.lines == ["gpuperf: 1 test, 1 metrics: 1 inconclusive (Fake CPU)"]
+    unwarned = Terminal(0)  # --disable-warnings: no warnings summary, so the reason has its own line
+    plugins = SimpleNamespace(has_plugin=lambda name: True)
+    unwarned.config = SimpleNamespace(option=SimpleNamespace(disable_warnings=True), pluginmanager=plugins)
+    write_terminal_summary(unwarned, records)
+    assert f"inconclusive: t.py::test_x[cpu]: {message}" in unwarned.text
 
 
 def test_the_record_command_leaves_out_a_test_whose_body_failed() -> None:
@@ -208,6 +214,12 @@ def test_ab_under_q_prints_one_line_per_test_and_its_table_by_default() -> None:
     ]
     default = "\n".join(line for line, _ in terminal_lines(summary, 0))
     assert "paired B/A" in default and "A = origin/main" in default
+    doubtful = {**ok["metrics"][0], "status": "inconclusive", "message": "time: inconclusive, the reason"}
+    summary["tests"]["t.py::test_ok[cpu]"] = {**ok, "status": "inconclusive", "metrics": [doubtful]}
+    why = "    time: time: inconclusive, the reason"
+    assert why not in [line for line, _ in terminal_lines(summary, 0)]
+    for verbosity, reasons in ((1, False), (0, True)):  # -v, or pytest shows no warnings (the reason's home)
+        assert why in [line for line, _ in terminal_lines(summary, verbosity, reasons)]
 
 
 def test_ab_rounds_report_each_finished_pair() -> None:

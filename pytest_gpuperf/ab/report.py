@@ -86,12 +86,15 @@ def cost_line(summary: dict[str, Any]) -> str:
     )
 
 
-def terminal_lines(summary: dict[str, Any], verbosity: int = 0) -> list[tuple[str, dict[str, bool]]]:
+def terminal_lines(
+    summary: dict[str, Any], verbosity: int = 0, reasons: bool = False
+) -> list[tuple[str, dict[str, bool]]]:
     """Lines (with markup) of the terminal A/B section, at pytest's ``verbosity``.
 
     ``-q``: one line per test (its verdict), then warnings and errors; by default each test's table too, with the
     reason of a regression (an inconclusive metric's reason is pytest's warning, shown once); ``-v`` adds how the
-    sides were measured first and every inconclusive reason.
+    sides were measured first and every inconclusive reason (``reasons``: those reasons at any verbosity but ``-q``,
+    when pytest shows no warnings).
     """
     quiet = verbosity < 0
     lines: list[tuple[str, dict[str, bool]]] = [] if quiet else [(how_line(summary), {})]
@@ -99,7 +102,7 @@ def terminal_lines(summary: dict[str, Any], verbosity: int = 0) -> list[tuple[st
         lines.append((f"WARNING: {warning}", {"yellow": True, "bold": True}))
     for error in summary.get("worker_errors") or []:
         lines.append((f"worker error: {error}", {"red": True}))
-    explained = ("regression", "inconclusive") if verbosity > 0 else ("regression",)
+    explained = ("regression", "inconclusive") if verbosity > 0 or reasons else ("regression",)
     for nodeid, result in summary["tests"].items():
         status = result["status"]
         markup = {"red": True, "bold": True} if status in FAILING_STATUSES else {}

@@ -242,10 +242,12 @@ class AbState:
             return []
         from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
         from pytest_gpuperf.hookspecs import SummarySection
+        from pytest_gpuperf.reporting.terminal import warnings_shown
 
         summary = self.summary(records)
         verbosity = int(getattr(config.option, "verbose", 0) or 0)
-        lines, markdown = tuple(terminal_lines(summary, verbosity)), "\n".join(markdown_lines(summary))
+        lines = tuple(terminal_lines(summary, verbosity, reasons=not warnings_shown(config)))
+        markdown = "\n".join(markdown_lines(summary))
         return [SummarySection(self.title, lines, order=30, markdown=markdown, json={"ab": summary})]
 
     def summary(self, records: list[TestRecord]) -> dict[str, Any]:

@@ -164,15 +164,24 @@ def write_terminal_summary(terminalreporter: Any, records: Iterable[TestRecord])
             for text in render_table(rows, ["test", *header_for(v for _, v in listed)]):
                 tr.write_line("  " + text)
             tr.write_line("  (every metric: pytest -v)")
-    _write_notes(tr, reported, verbose=verbosity > 0)
+    _write_notes(tr, reported, verbose=verbosity > 0 or not warnings_shown(getattr(tr, "config", None)))
+
+
+def warnings_shown(config: Any) -> bool:
+    """False when pytest shows no warnings summary (``--disable-warnings``, ``-p no:warnings``): an inconclusive
+    verdict's reason, which is its warning, then needs a line of its own."""
+    if config is None:
+        return True
+    disabled = bool(getattr(config.option, "disable_warnings", False))
+    return config.pluginmanager.has_plugin("warnings") and not disabled
 
 
 def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], verbose: bool) -> None:
     """What to do about the run: budgets, software changes, the commands that record new or faster tests.
 
     An inconclusive verdict's full reason is pytest's warning (shown at the test, under ``-q`` too) and its first
-    clause is the table row's; its own line here comes only with ``-v``. A test whose body failed is never in a
-    suggested update command: ``--gpuperf-update`` records nothing of a failed test.
+    clause is the table row's; its own line here comes with ``-v``, or when pytest shows no warnings. A test whose
+    body failed is never in a suggested update command: ``--gpuperf-update`` records nothing of a failed test.
     """
     new_tests: list[str] = []
     improved: list[str] = []
