@@ -170,9 +170,9 @@ def render_markdown(
     parts = [
         f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s in HEADLINE_ORDER if counts.get(s) and s in COUNT_WORDS
     ] or ["nothing judged"]
-    failed = counts.get("failed") or 0
-    verdict = ":red_circle:" if failed or any(counts.get(s) for s in FAILING_STATUSES) else ":green_circle:"
-    tests = f"{counts['tests']} perf tests" + (f", {failed} failed" if failed else "")
+    other = sum(1 for r in records if r.outcome == "failed" and r.status not in FAILING_STATUSES)
+    verdict = ":red_circle:" if other or any(counts.get(s) for s in FAILING_STATUSES) else ":green_circle:"
+    tests = f"{counts['tests']} perf tests" + (f", {other} failed without a failing metric" if other else "")
     lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({tests})", ""]
     lines += [line for block in blocks or [] for line in (block.rstrip(), "")]
     if gp.get("mode") == "update":
