@@ -92,6 +92,11 @@ def test_the_common_messages_close_every_parenthesis(tmp_path: Path) -> None:
         "spread": spread_fix(4.87, 0.25, "t.py::test_x[cpu]", "this test's", "here", 3),
         **{f"warning {i}": line for i, line in enumerate(judging.warnings_for("test_x.py::test_step[fake]"))},
     }
+    from tests.test_ab_units import judge as ab_judge
+
+    for a, b in (([1.0, 1.01], [1.5, 1.52]), ([1.0, 1.3], [1.2, 1.0]), ([1.0, 1.01], [0.5, 0.51])):
+        pair = ab_judge(a, b).as_dict()
+        messages[f"A/B {pair['status']}"] = pair["message"]
     unbalanced = {name: text for name, text in messages.items() if not balanced(text)}
     assert not unbalanced
     # the verdict column shows the clause up to the parenthesis its "; " would have left open
