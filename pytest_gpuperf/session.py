@@ -153,6 +153,8 @@ class GpuperfSession:
         ]
         test.sections = [s for found in hook.pytest_gpuperf_report_sections(item=item) for s in found or []]
         data = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(node_id)}
+        if report.failed:  # the body's own failure: no update command may suggest recording this test
+            data["body_failed"] = True
         _attach(item, report, test, data if payload else {})
         _fail(report, test.failures)
 

@@ -112,7 +112,7 @@ def test_a_perf_test_runs_again_in_fresh_processes_that_are_reused_across_tests(
 ) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_replicas=TESTS)
-    result = pytester.runpytest("--gpuperf", *fast_args)
+    result = pytester.runpytest("--gpuperf", *fast_args, "-v")  # -v: the replicas' cost line too
     result.assert_outcomes(passed=7)
     records = {r["test"]: r for r in map(json.loads, (pytester.path / "replicas.jsonl").read_text().splitlines())}
 

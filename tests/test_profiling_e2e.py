@@ -219,7 +219,7 @@ def test_ncu_marker_with_a_cpu_backend_notes_there_is_nothing_to_capture(
 
 
 def test_roofs_are_kept_in_pytest_cache_not_in_a_folder_users_commit(project: pytest.Pytester, fast_args) -> None:
-    result = project.runpytest("--gpuperf", *fast_args, "test_steps.py::test_step")
+    result = project.runpytest("--gpuperf", *fast_args, "test_steps.py::test_step", "-v")  # -v: roofs measured
     result.assert_outcomes(passed=1)
     assert not (project.path / ".gpuperf").exists()
     backend = CpuBackend()

@@ -86,13 +86,23 @@ def cost_line(summary: dict[str, Any]) -> str:
     )
 
 
-def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]:
-    """Lines (with markup) of the terminal A/B section."""
-    lines: list[tuple[str, dict[str, bool]]] = [(how_line(summary), {})]
+def terminal_lines(
+    summary: dict[str, Any], verbosity: int = 0, reasons: bool = False
+) -> list[tuple[str, dict[str, bool]]]:
+    """Lines (with markup) of the terminal A/B section, at pytest's ``verbosity``.
+
+    ``-q``: one line per test (its verdict), then warnings and errors; by default each test's table too, with the
+    reason of a regression (an inconclusive metric's reason is pytest's warning, shown once); ``-v`` adds how the
+    sides were measured first and every inconclusive reason (``reasons``: those reasons at any verbosity but ``-q``,
+    when pytest shows no warnings).
+    """
+    quiet = verbosity < 0
+    lines: list[tuple[str, dict[str, bool]]] = [] if quiet else [(how_line(summary), {})]
     for warning in summary["warnings"]:
         lines.append((f"WARNING: {warning}", {"yellow": True, "bold": True}))
     for error in summary.get("worker_errors") or []:
         lines.append((f"worker error: {error}", {"red": True}))
+    explained = ("regression", "inconclusive") if verbosity > 0 or reasons else ("regression",)
     for nodeid, result in summary["tests"].items():
         status = result["status"]
         markup = {"red": True, "bold": True} if status in FAILING_STATUSES else {}
@@ -100,11 +110,15 @@ def terminal_lines(summary: dict[str, Any]) -> list[tuple[str, dict[str, bool]]]
             markup = {"yellow": True}
         note = f"  ({result['note']})" if result.get("note") else ""
         lines.append((f"{nodeid}  {WORDS.get(status, status)}{note}", markup))
+        if quiet:
+            continue
         if result["metrics"]:
             lines += [("    " + row, {}) for row in _table([metric_row(m) for m in result["metrics"]])]
         for metric in result["metrics"]:
-            if metric["status"] in ("inconclusive", "regression"):
+            if metric["status"] in explained:
                 lines.append((f"    {metric['label']}: {metric['message']}", markup))
+    if quiet:
+        return lines
     if summary["new"]:
         lines.append((f"new (only in the working tree): {', '.join(summary['new'])}", {}))
     if summary["removed"]:

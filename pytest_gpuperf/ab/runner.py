@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,8 @@ class AbRunner:
     #: and by :meth:`discard` (the controller reports meanwhile).
     _exiting: list[WarmWorker] = field(default_factory=list, repr=False)
     _began: float = field(default=0.0, repr=False)
+    #: Where a line goes after each round pair (the terminal reporter), so a long A/B run shows it is moving.
+    progress: Callable[[str], None] | None = field(default=None, repr=False)
 
     def worker_command(self, side: Side, scope: list[str]) -> list[str]:
         """The worker's argv (no shell): pytest on ``scope`` with the worker plugin and ``--gpuperf``, started
@@ -264,18 +267,29 @@ class AbRunner:
             order = self._order(pair)
             runs = {side.name: self.finish(warm_for(2 * pair + i), side, pair, pending) for i, side in enumerate(order)}
             outcome.runs += [runs[s.name] for s in order]
+            measured = len(pending)
             if pair == 0:
                 broken, pending = self._first_pair(runs, nodeids, pending, outcome)
             pending = self._add_pair(runs, pending, broken, outcome)
             pair += 1
             if pair >= self.min_processes:
                 pending = self._settle(pending, outcome.evidence, final=pair >= self.max_processes)
+            self._report_pair(pair, measured, runs, len(pending))
         for nodeid in pending:
             outcome.evidence[nodeid].verdicts = judge_evidence(outcome.evidence[nodeid], True)
         for run in outcome.runs:
             if run.side == "B" and run.pair == 0:
                 for nodeid in outcome.new:
                     outcome.evidence.setdefault(nodeid, TestEvidence(nodeid)).b.append(entry_of(run, nodeid))
+
+    def _report_pair(self, pair: int, measured: int, runs: dict[str, WorkerRun], undecided: int) -> None:
+        """One progress line for a finished round pair: what it measured, how long it took, what is left."""
+        if self.progress is None:
+            return
+        took = " and ".join(f"{name} {run.seconds:.1f} s" for name, run in sorted(runs.items()))
+        left = f"{undecided} test(s) need another pair" if undecided else "every test decided"
+        most = f"at least {self.min_processes}, at most {self.max_processes}"
+        self.progress(f"round pair {pair} ({most}) measured {measured} test(s) per side ({took}); {left}")
 
     @staticmethod
     def _first_pair(

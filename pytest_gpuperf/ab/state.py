@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,9 @@ class AbState:
         self.handled.update(nodeids)
         if not nodeids:
             return
-        outcome = self._runner().run(nodeids, full_scope=not self.is_xdist_worker)
+        runner = self._runner()
+        runner.progress = self._progress(len(nodeids))
+        outcome = runner.run(nodeids, full_scope=not self.is_xdist_worker)
         if self.outcome is None:
             self.outcome = outcome
         else:
@@ -176,6 +179,19 @@ class AbState:
             self.outcome.runs += outcome.runs
             self.outcome.wall_s += outcome.wall_s
             self.outcome.leaks += [x for x in outcome.leaks if x not in self.outcome.leaks]
+
+    def _progress(self, tests: int) -> Callable[[str], None] | None:
+        """Where the rounds' progress lines go: pytest's terminal, flushed (none on an xdist worker or under -qq)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or self.is_xdist_worker or int(getattr(self.config.option, "verbose", 0) or 0) < -1:
+            return None
+
+        def say(line: str) -> None:
+            reporter.write_line(f"{self.title}: {line}")
+            reporter.flush()
+
+        say(f"measuring {tests} perf test(s) in alternating worker processes of both sides")
+        return say
 
     def apply(self, item: pytest.Function) -> bool | None:
         """Turn the evidence of ``item`` into its verdicts (True: the body is not run here)."""
@@ -226,9 +242,12 @@ class AbState:
             return []
         from pytest_gpuperf.ab.report import markdown_lines, terminal_lines
         from pytest_gpuperf.hookspecs import SummarySection
+        from pytest_gpuperf.reporting.terminal import warnings_shown
 
         summary = self.summary(records)
-        lines, markdown = tuple(terminal_lines(summary)), "\n".join(markdown_lines(summary))
+        verbosity = int(getattr(config.option, "verbose", 0) or 0)
+        lines = tuple(terminal_lines(summary, verbosity, reasons=not warnings_shown(config)))
+        markdown = "\n".join(markdown_lines(summary))
         return [SummarySection(self.title, lines, order=30, markdown=markdown, json={"ab": summary})]
 
     def summary(self, records: list[TestRecord]) -> dict[str, Any]:

@@ -34,6 +34,8 @@ class FileBaselines:
         self._loader: Loader | None = None
         self._fingerprints: dict[tuple[str, int], dict[str, Any]] = {}
         self._files: dict[Path, BaselineFile | None] = {}
+        #: A file that failed to load: the test that said why (its message is said once per file and session).
+        self._broken: dict[Path, str] = {}
 
     def fingerprint(self, context: TestContext) -> dict[str, Any]:
         """The backend's fingerprint plus the context's world size (cached per backend and size)."""
@@ -64,6 +66,8 @@ class FileBaselines:
         from pytest_gpuperf.baselines import BaselineError
 
         path = self.path(context)
+        if path in self._broken:  # read once: every later test of the file fails with a pointer, not the message again
+            pytest.fail(f"pytest-gpuperf: {path}: not a valid baseline file ({self._broken[path]})", pytrace=False)
         if path not in self._files:
             fingerprint = self.fingerprint(context)
             problem = None
@@ -79,6 +83,7 @@ class FileBaselines:
             except BaselineError as exc:
                 problem = f"pytest-gpuperf: {exc}"
             if problem is not None:
+                self._broken[path] = f"the failure of {context.node_id} says why and how to fix it"
                 pytest.fail(problem, pytrace=False)  # outside the except: no "During handling of ..." echo
             self._files[path] = loaded
         return self._files[path]

@@ -218,9 +218,10 @@ def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[Any]) -
         )
     replicas = config.stash.get(REPLICAS_KEY, None)
     if replicas is not None and replicas.runs:
-        lines.append(
-            (f"gpuperf replicas: {replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)", {})
-        )
+        # what the run cost: -v only; a run that did not finish is said at any verbosity
+        if int(getattr(config.option, "verbose", 0) or 0) > 0:
+            runs = f"{replicas.runs} run(s) in fresh processes on {replicas.started} worker start(s)"
+            lines.append((f"gpuperf replicas: {runs}", {}))
         if replicas.failures:
             lines.append(
                 (

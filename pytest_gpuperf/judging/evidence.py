@@ -161,8 +161,19 @@ def timing_reason(
 
 
 def first_clause(reason: str) -> str:
-    """The part of a reason that reads on its own (up to the first ``"; "``): what the verdict column shows."""
-    return reason.split("; ", 1)[0]
+    """The part of a reason that reads on its own (up to the first ``"; "``): what the verdict column shows.
+
+    A ``"; "`` inside parentheses does not end the clause's text on its own: the clause then ends before the
+    parenthesis it would leave open, so what is shown (often inside parentheses itself) stays balanced.
+    """
+    head = reason.split("; ", 1)[0]
+    opened: list[int] = []
+    for index, char in enumerate(head):
+        if char == "(":
+            opened.append(index)
+        elif char == ")" and opened:
+            opened.pop()
+    return head[: opened[0]].rstrip(" ,:") if opened else head
 
 
 def conditions_reason(extra: dict[str, Any]) -> str | None:

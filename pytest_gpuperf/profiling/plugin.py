@@ -235,16 +235,18 @@ def pytest_gpuperf_failure_reasons(item: pytest.Item, verdicts: list[Any]) -> li
 
 def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[TestRecord]) -> list[SummarySection] | None:
     """The ``gpuperf profiling`` block: verdict lines and top kernels per test, artifacts, calibrations."""
-    if config.stash.get(SESSION_KEY, None) is None or int(config.option.verbose or 0) < 0:
+    if config.stash.get(SESSION_KEY, None) is None or int(getattr(config.option, "verbose", 0) or 0) < 0:
         return None
     texts = [(r.nodeid, value) for r in records for key, value in r.properties if key == USER_PROPERTY]
     artifacts = [value for r in records for key, value in r.properties if key == ARTIFACT_PROPERTY]
     extension = config.stash.get(EXTENSION_KEY, None)
     calibrated = extension.roofs.calibrated if extension is not None else []
-    # pytest's verbosity: every test's verdict lines with -v; by default only those that flag something
-    # (a counting error, ncu disagreeing, a note), so a quiet run stays a few lines.
-    verbose = int(config.option.verbose or 0) > 0 or bool(artifacts)  # asked-for traces: say where
-    texts = [(n, t) for n, t in texts if verbose or _flags_something(t)]
+    # pytest's verbosity: every test's verdict lines and the measured roofs with -v; by default only the lines that
+    # flag something (a counting error, ncu disagreeing, a note) and asked-for artifacts, so a default run shows no
+    # block nobody asked for.
+    verbose = int(getattr(config.option, "verbose", 0) or 0) > 0
+    texts = [(n, t) for n, t in texts if verbose or bool(artifacts) or _flags_something(t)]
+    calibrated = calibrated if verbose else []
     if not texts and not calibrated and not artifacts:
         return None
     lines = []

@@ -64,10 +64,13 @@ def capture_trace(
     """Profile ``calls`` calls of ``step`` (synchronized at the end) and export a Chrome trace to ``path``."""
     from torch.profiler import ProfilerActivity, profile
 
+    from pytest_gpuperf.backends.cpu_memory import without_probe_noise
+
     on_device = backend.name == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_device else [])
     backend.synchronize()
-    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
+    # the trace is the plugin's own probe: torch's allocator note about older tensors is its noise, not the step's
+    with without_probe_noise(), profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
         for _ in range(calls):
             step()
         backend.synchronize()

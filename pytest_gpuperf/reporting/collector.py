@@ -10,6 +10,7 @@ this object's fields. JUnit XML gets the same facts as user properties of the re
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,10 @@ from pytest_gpuperf.settings import get_option
 if TYPE_CHECKING:
     from pytest_gpuperf.hookspecs import SummarySection
     from pytest_gpuperf.reporting.records import TestRecord
+
+#: ``--gpuperf-json -`` / ``--gpuperf-markdown -``: the report goes to standard output (``-p no:terminal`` leaves
+#: it alone there), not into a file named ``-``.
+STDOUT = Path("-")
 
 
 def summary_sections(config: pytest.Config, records: list[TestRecord]) -> list[SummarySection]:
@@ -37,6 +42,23 @@ def write_sections(terminalreporter: Any, sections: list[SummarySection]) -> Non
             terminalreporter.write_sep(section.sep, section.title)
         for line, markup in section.lines:
             terminalreporter.write_line(line, **markup)
+
+
+def failure_line(report: pytest.TestReport) -> str:
+    """The first line of a failed report's message (what pytest's short summary shows)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = str(crash.message if crash is not None else report.longrepr or "").strip()
+    return text.splitlines()[0] if text else "failed"
+
+
+def _to_stdout(config: pytest.Config, text: str) -> None:
+    """Write a report to standard output on lines of its own, flushed before pytest's summary follows."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()  # after the progress dots
+        reporter.flush()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
 
 
 class ReportCollector:
@@ -63,16 +85,21 @@ class ReportCollector:
 
             properties = [(str(k), str(v)) for k, v in report.user_properties]
             record = TestRecord(report.nodeid, report.outcome, float(report.duration), data, properties)
+            record.failure = failure_line(report) if report.failed else ""
             self._records[report.nodeid] = record
 
     def _path(self, flag: str) -> Path | None:
         value = get_option(self.config, flag)
         if not value:
             return None
+        if value.strip() == "-":
+            return STDOUT
         path = Path(os.path.expandvars(os.path.expanduser(value)))
         return path if path.is_absolute() else self.config.invocation_params.dir / path
 
     def _display(self, path: Path) -> str:
+        if path == STDOUT:
+            return "stdout"
         try:
             return path.relative_to(self.config.invocation_params.dir).as_posix()
         except ValueError:
@@ -81,7 +108,7 @@ class ReportCollector:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the plots, the JSON and the Markdown (in that order: later ones link the earlier)."""
-        from pytest_gpuperf.reporting.json_report import build_report, write_json
+        from pytest_gpuperf.reporting.json_report import build_report, json_text, write_json
 
         records = self.records
         self.baseline_ref = ref_changes(self.config)
@@ -91,9 +118,9 @@ class ReportCollector:
         artifacts: dict[str, Any] = {}
         if plot_dir is not None:
             artifacts["plots"] = self._write_plots(records, plot_dir, self.config.rootpath)
-        if json_path is not None:
+        if json_path not in (None, STDOUT):  # artifacts are files; a report on stdout is none
             artifacts["json"] = self._display(json_path)
-        if md_path is not None:
+        if md_path not in (None, STDOUT):
             artifacts["markdown"] = self._display(md_path)
         junit = getattr(self.config.option, "xmlpath", None)
         if junit:
@@ -104,7 +131,10 @@ class ReportCollector:
         sections = summary_sections(self.config, records)
         for section in sections:
             document["gpuperf"].update(section.json)
-        if json_path is not None:
+        if json_path == STDOUT:
+            _to_stdout(self.config, json_text(document))
+            self.lines.append(f"JSON report: written to stdout ({len(document['benchmarks'])} benchmarks)")
+        elif json_path is not None:
             write_json(json_path, document)
             self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
         self._write_markdown(document, records, [s.markdown for s in sections if s.markdown], md_path)
@@ -121,7 +151,10 @@ class ReportCollector:
         from pytest_gpuperf.reporting.markdown import render_markdown
 
         text = render_markdown(document, records, blocks=blocks)
-        if md_path is not None:
+        if md_path == STDOUT:
+            _to_stdout(self.config, text)
+            self.lines.append("Markdown summary: written to stdout")
+        elif md_path is not None:
             md_path.parent.mkdir(parents=True, exist_ok=True)
             md_path.write_text(text, encoding="utf-8")
             self.lines.append(f"Markdown summary: {self._display(md_path)}")

@@ -120,8 +120,19 @@ def _worst(verdicts: list[dict[str, Any]]) -> str:
     return worst_status(v["status"] for v in verdicts)
 
 
-def devices(records: Iterable[TestRecord]) -> list[dict[str, Any]]:
-    """One entry per device (fingerprint) the tests ran on, with its baseline file and software changes."""
+def relative_path(path: Any, root: Path | None) -> Any:
+    """``path`` relative to ``root`` (POSIX separators) when it lies below it, else as it is."""
+    if not path or root is None:
+        return path
+    try:
+        return Path(str(path)).resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return path
+
+
+def devices(records: Iterable[TestRecord], root: Path | None = None) -> list[dict[str, Any]]:
+    """One entry per device (fingerprint) the tests ran on, with its baseline file (relative to ``root`` when below
+    it) and software changes."""
     seen: dict[str, dict[str, Any]] = {}
     for record in records:
         fingerprint = record.fingerprint
@@ -133,7 +144,7 @@ def devices(records: Iterable[TestRecord]) -> list[dict[str, Any]]:
             {
                 "key": key,
                 "fingerprint": fingerprint,
-                "baseline_file": record.data.get("baseline_file"),
+                "baseline_file": relative_path(record.data.get("baseline_file"), root),
                 "software_changes": list(record.data.get("software_changes") or []),
                 "tests": 0,
             },
@@ -142,14 +153,20 @@ def devices(records: Iterable[TestRecord]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def summary(records: Iterable[TestRecord]) -> dict[str, int]:
-    """How many tests have each overall status, plus ``tests`` and ``failed``."""
+def summary(records: Iterable[TestRecord]) -> dict[str, Any]:
+    """How many tests have each overall status, plus ``tests`` and ``failed``; ``metrics``: how many metrics have
+    each status (what the terminal's summary line counts)."""
     records = list(records)
-    counts = {status: 0 for status in STATUS_ORDER}
+    counts: dict[str, Any] = {status: 0 for status in STATUS_ORDER}
+    metrics = {status: 0 for status in STATUS_ORDER}
     for record in records:
         counts[record.status] += 1
+        for verdict in record.verdicts:
+            status = str(verdict.get("status"))
+            metrics[status] = metrics.get(status, 0) + 1
     counts["tests"] = len(records)
     counts["failed"] = sum(1 for r in records if r.outcome == "failed")
+    counts["metrics"] = metrics
     return counts
 
 
@@ -163,7 +180,7 @@ def build_report(
     """The whole JSON document (see ``docs/report-format.md``)."""
     from pytest_gpuperf import __version__
 
-    device_list = devices(records)
+    device_list = devices(records, root)
     benchmarks = [entry for record in records for entry in benchmark_entries(record)]
     return {
         "format": FORMAT_NAME,
@@ -194,10 +211,15 @@ def build_report(
     }
 
 
+def json_text(document: dict[str, Any]) -> str:
+    """``document`` as the report's JSON text (non-finite floats as null)."""
+    return json.dumps(_finite(document), indent=2, sort_keys=False) + "\n"
+
+
 def write_json(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` to ``path`` (parent folders created; non-finite floats as null)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(document), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    path.write_text(json_text(document), encoding="utf-8")
 
 
 def _finite(value: Any) -> Any:

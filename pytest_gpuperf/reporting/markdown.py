@@ -53,6 +53,8 @@ COUNT_WORDS = {
 }
 #: Every test status a headline counts, so its numbers add up to the perf tests it names.
 HEADLINE_ORDER = ("regression", "changed", "improvement", "inconclusive", "new", "unchanged", "recorded", "info")
+#: The verdict cell of an informational row (shown beside a regressed throughput, or folded at the end).
+INFO_WORD = "not judged (informational)"
 HEADER = "| test | metric | baseline | measured | change | limit | verdict |"
 AB_HEADER = "| test | metric | A (ref) | B (this PR) | change | limit | verdict |"
 RULE = "|---|---|--:|--:|--:|--:|---|"
@@ -62,6 +64,8 @@ def _row(record: TestRecord, verdict: dict[str, Any]) -> str:
     from pytest_gpuperf.reporting.terminal import row
 
     label, baseline, measured, change, limit, word = row(verdict)
+    if verdict.get("status") == "info":
+        word = INFO_WORD  # the terminal's "-" would read as a row without a verdict
     icon = ICONS.get(verdict["status"], "")
     cells = [code(record.nodeid), text(label), text(baseline), text(measured), text(change), text(limit)]
     cells.append(f"{icon} {text(word)}".strip())
@@ -139,6 +143,18 @@ def _context_rows(rows: list[tuple[TestRecord, dict[str, Any]]]) -> list[tuple[T
     return out
 
 
+def _failed_lines(records: list[TestRecord]) -> list[str]:
+    """The tests that failed with no failing metric (their body raised, or a feature's reason failed them): every
+    failure has a row and a verdict, with the first line of its message."""
+    failed = [r for r in records if r.outcome == "failed" and r.status not in FAILING_STATUSES]
+    if not failed:
+        return []
+    noun = f"{len(failed)} test{'s' if len(failed) != 1 else ''}"
+    lines = [f"### :red_circle: Failed without a failing metric ({noun})", "", "| test | verdict |", "|---|---|"]
+    lines += [f"| {code(r.nodeid)} | :red_circle: FAILED: {text(r.failure or 'failed')} |" for r in failed]
+    return [*lines, ""]
+
+
 def render_markdown(
     document: Mapping[str, Any],
     records: list[TestRecord],
@@ -154,12 +170,15 @@ def render_markdown(
     parts = [
         f"{counts[s]} {COUNT_WORDS[s][counts[s] != 1]}" for s in HEADLINE_ORDER if counts.get(s) and s in COUNT_WORDS
     ] or ["nothing judged"]
-    verdict = ":red_circle:" if any(counts.get(s) for s in FAILING_STATUSES) else ":green_circle:"
-    lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({counts['tests']} perf tests)", ""]
+    other = sum(1 for r in records if r.outcome == "failed" and r.status not in FAILING_STATUSES)
+    verdict = ":red_circle:" if other or any(counts.get(s) for s in FAILING_STATUSES) else ":green_circle:"
+    tests = f"{counts['tests']} perf tests" + (f", {other} failed without a failing metric" if other else "")
+    lines = [f"## {verdict} pytest-gpuperf: {', '.join(parts)} ({tests})", ""]
     lines += [line for block in blocks or [] for line in (block.rstrip(), "")]
     if gp.get("mode") == "update":
         lines += ["Baselines were **recorded** in this run (`--gpuperf-update`); review the `baselines/` diff.", ""]
     lines += ["**Devices**", "", *_fingerprint_lines(gp["devices"]), ""]
+    lines += _failed_lines(records)
     for statuses, title in SECTIONS:
         rows = [(r, v) for r in records for v in r.verdicts if v["status"] in statuses]
         if not rows:
@@ -173,7 +192,8 @@ def render_markdown(
             lines += [f"<details><summary>{title} ({count})</summary>", "", *body, "", "</details>", ""]
             continue
         lines += [f"### {ICONS[statuses[0]]} {title} ({count})", "", *body, ""]
-        stored = [(r, v) for r, v in rows if not ab_title(v)]  # A/B has nothing to record
+        # A/B has nothing to record; --gpuperf-update records nothing of a test whose body failed
+        stored = [(r, v) for r, v in rows if not ab_title(v) and not r.data.get("body_failed")]
         if statuses[0] in FAILING_STATUSES and stored:
             command = update_command((r.nodeid for r, _ in stored), accept_slower=slower_timing(v for _, v in stored))
             lines += ["If intended, record the new numbers with:", "", *fenced(command)]

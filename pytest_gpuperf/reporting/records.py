@@ -23,6 +23,8 @@ class TestRecord:
     duration: float
     data: dict[str, Any] = field(default_factory=dict)
     properties: list[tuple[str, str]] = field(default_factory=list)
+    #: A failed test's message, first line (what pytest's short summary shows); ``""`` when it passed.
+    failure: str = ""
 
     @property
     def verdicts(self) -> list[dict[str, Any]]:

@@ -164,24 +164,39 @@ def write_terminal_summary(terminalreporter: Any, records: Iterable[TestRecord])
             for text in render_table(rows, ["test", *header_for(v for _, v in listed)]):
                 tr.write_line("  " + text)
             tr.write_line("  (every metric: pytest -v)")
-    _write_notes(tr, reported)
+    _write_notes(tr, reported, verbose=verbosity > 0 or not warnings_shown(getattr(tr, "config", None)))
 
 
-def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> None:
+def warnings_shown(config: Any) -> bool:
+    """False when pytest shows no warnings summary (``--disable-warnings``, ``-p no:warnings``): an inconclusive
+    verdict's reason, which is its warning, then needs a line of its own."""
+    if config is None:
+        return True
+    disabled = bool(getattr(config.option, "disable_warnings", False))
+    return config.pluginmanager.has_plugin("warnings") and not disabled
+
+
+def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], verbose: bool) -> None:
+    """What to do about the run: budgets, software changes, the commands that record new or faster tests.
+
+    An inconclusive verdict's full reason is pytest's warning (shown at the test, under ``-q`` too) and its first
+    clause is the table row's; its own line here comes with ``-v``, or when pytest shows no warnings. A test whose
+    body failed is never in a suggested update command: ``--gpuperf-update`` records nothing of a failed test.
+    """
     new_tests: list[str] = []
     improved: list[str] = []
     budget: list[str] = []
     fingerprints: dict[str, dict[str, Any]] = {}
     for node_id, data, verdicts in reported:
         fingerprints[data.get("baseline_file", "")] = data
-        statuses = {v["status"] for v in verdicts}
+        statuses = {v["status"] for v in verdicts} if not data.get("body_failed") else set()
         if "new" in statuses:
             new_tests.append(node_id)
         if "improvement" in statuses:
             improved.append(node_id)
         if any((v.get("extra") or {}).get("budget_exhausted") for v in verdicts):
             budget.append(node_id)
-    for node_id, _, verdicts in reported:  # why the machine could not decide, and what would
+    for node_id, _, verdicts in reported if verbose else []:  # why the machine could not decide, and what would
         for verdict in verdicts:
             if verdict["status"] == "inconclusive":
                 tr.write_line(f"inconclusive: {node_id}: {verdict.get('message', '')}", yellow=True)
