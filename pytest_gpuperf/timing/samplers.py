@@ -125,12 +125,20 @@ class BlockSampler:
         return taken
 
 
-def blocking_note(cpu_share: float) -> str:
-    """The ``method_note`` of a CPU step timed by the wall clock because it blocks."""
-    return (
-        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time "
-        "(sleep, I/O, worker threads or a collective); timed by the wall clock, which counts the waiting"
+def blocking_note(cpu_share: float, pinned: bool = False) -> str:
+    """The ``method_note`` of a CPU step timed by the wall clock because it blocks (waits); ``pinned``: its
+    baseline was timed by the thread clock."""
+    note = (
+        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time, under "
+        f"{BLOCKING_SHARE:.0%} (sleep, I/O, a lock, worker threads or a collective); timed by the wall clock, which "
+        "counts the waiting"
     )
+    if pinned:
+        note += (
+            "; its baseline was timed by the thread clock, so waiting added since shows as a slowdown (if the step "
+            "waited as much when it was recorded, re-record it)"
+        )
+    return note
 
 
 class ThreadClockSampler(BlockSampler):
@@ -143,13 +151,14 @@ class ThreadClockSampler(BlockSampler):
 
     def settle(self, warm: WarmupResult, config: MeasureConfig) -> tuple[Sampler, float, str]:
         """A step whose thread computed for less than :data:`BLOCKING_SHARE` of the warm-up blocks: timed by the
-        wall clock under ``cpu_clock`` auto, else still by the thread clock with a note of what it misses."""
+        wall clock under ``cpu_clock`` auto (the thread clock chosen by a baseline's method included:
+        ``wall_when_waiting``), else still by the thread clock with a note of what it misses."""
         share = warm.cpu_share
         if share is None or share >= BLOCKING_SHARE:
             return self, warm.per_call, ""
-        if config.cpu_clock == "auto":
+        if config.cpu_clock == "auto" or config.wall_when_waiting:
             wall = BlockSampler(self.wall, "wall", cpu_now=self.cpu_now, layout=self.layout)
-            return wall, 0.0, blocking_note(share)
+            return wall, 0.0, blocking_note(share, pinned=config.cpu_clock != "auto")
         return (
             self,
             warm.per_call,
