@@ -10,7 +10,7 @@
   the point estimate is past the tolerance *and* the interval excludes "no
   change". The ratios are raw: nothing rescales them;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
-* counted work (FLOPs, bytes per step): a change beyond counting noise fails, saying the workload changed
+* counted work (FLOPs, bytes per step): less work beyond counting noise is an improvement, more work fails
   (:mod:`pytest_gpuperf.judging.work`);
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction
   (:mod:`pytest_gpuperf.judging.ratio_rule`, the rule the A/B judge shares).
