@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_gpuperf.timing.record import Samples
-from pytest_gpuperf.timing.sampling import BLOCKING_SHARE, least_warmup
+from pytest_gpuperf.timing.sampling import BLOCKING_SHARE, CERTAIN_BLOCKING_SHARE, WAIT_SWITCHES, least_warmup
 
 if TYPE_CHECKING:
     from pytest_gpuperf.timing.layout import HeapLayout
@@ -141,6 +141,18 @@ def blocking_note(cpu_share: float, pinned: bool = False) -> str:
     return note
 
 
+def waits(warm: WarmupResult) -> bool:
+    """Whether the warm-up shows a step that waits: a CPU share under :data:`CERTAIN_BLOCKING_SHARE`, or under
+    :data:`BLOCKING_SHARE` with the thread giving up its CPU in a tenth of the calls (:data:`WAIT_SWITCHES`)."""
+    share = warm.cpu_share
+    if share is None or share >= BLOCKING_SHARE:
+        return False
+    if share < CERTAIN_BLOCKING_SHARE:
+        return True
+    switches = warm.voluntary_switches  # None off Linux: the band is left to the thread clock
+    return switches is not None and switches >= max(2, WAIT_SWITCHES * warm.calls)
+
+
 class ThreadClockSampler(BlockSampler):
     """The calling thread's CPU time (one intra-op thread runs every op of the step in it, so it is the step's own
     cost); ``wall`` (the backend's ``time_block``) takes over for a step that blocks (``cpu_clock`` auto)."""
@@ -150,11 +162,11 @@ class ThreadClockSampler(BlockSampler):
         self.wall = wall
 
     def settle(self, warm: WarmupResult, config: MeasureConfig) -> tuple[Sampler, float, str]:
-        """A step whose thread computed for less than :data:`BLOCKING_SHARE` of the warm-up blocks: timed by the
+        """A step that waits in the warm-up (:func:`waits`) blocks: timed by the
         wall clock under ``cpu_clock`` auto (the thread clock chosen by a baseline's method included:
         ``wall_when_waiting``), else still by the thread clock with a note of what it misses."""
         share = warm.cpu_share
-        if share is None or share >= BLOCKING_SHARE:
+        if share is None or not waits(warm):
             return self, warm.per_call, ""
         if config.cpu_clock == "auto" or config.wall_when_waiting:
             wall = BlockSampler(self.wall, "wall", cpu_now=self.cpu_now, layout=self.layout)
