@@ -27,7 +27,7 @@ KIND_CYCLES = "cycles"
 KIND_HOST = "host"
 #: Kinds judged from their samples (bootstrap of a quantile ratio).
 SAMPLED_KINDS = ("time", "throughput", KIND_CYCLES, KIND_HOST)
-#: Counted FLOPs or bytes of one step (:mod:`pytest_gpuperf.judging.work`): a change means the workload changed.
+#: Counted FLOPs or bytes of one step (:mod:`pytest_gpuperf.judging.work`): less is an improvement, more fails.
 KIND_WORK = "work"
 #: Kinds whose value is always a number (a custom metric may hold a word, judged like a category).
 NUMBER_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CYCLES, KIND_HOST, KIND_WORK)

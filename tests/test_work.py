@@ -10,11 +10,13 @@ import pytest
 
 from pytest_gpuperf.baselines.policy import decide
 from pytest_gpuperf.baselines.update import entries_for
+from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.context import build_context
 from pytest_gpuperf.judging.compare import judge
 from pytest_gpuperf.judging.service import FixedBaselines, Judging
 from pytest_gpuperf.judging.work import WORK_TOLERANCE, format_work, work_metrics
-from pytest_gpuperf.results import KIND_THROUGHPUT, Metric
+from pytest_gpuperf.reporting.verdict_text import short_fact
+from pytest_gpuperf.results import KIND_THROUGHPUT, Metric, verdict_to_dict
 from tests.test_judging import NODE, FakeBackend, settings
 from tests.test_verdicts import entry, samples, time_metric
 
@@ -42,21 +44,38 @@ def test_work_metrics_are_exact_counts_judged_within_counting_noise() -> None:
     assert same.status == "unchanged"
     doubled = judge(Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work"), work_entry(48 * MIB), 0.01, "CPU")
     assert doubled.status == "changed" and doubled.failed
-    assert doubled.message.startswith("bytes per step 96.00 MiB vs 48.00 MiB (2x) on CPU: the test's workload changed")
-    assert "if intended, re-record" in doubled.message
+    assert doubled.message.startswith("the step now does 2x the work (bytes per step 48.00 MiB -> 96.00 MiB) on CPU")
+    assert "if the test's workload grew on purpose, re-record" in doubled.message
     none_before = judge(Metric("step.flops_per_step", 10, "FLOP", "equal", "work"), work_entry(0, "FLOP"), 0.01, "CPU")
-    assert none_before.status == "changed" and "from none" in none_before.message
+    assert none_before.status == "changed" and "work where it did none" in none_before.message
 
 
-def test_a_time_change_with_changed_work_is_not_called_a_slowdown(tmp_path: Path) -> None:
+def test_less_work_is_an_improvement_that_passes_and_names_the_command_to_lock_it_in(tmp_path: Path) -> None:
+    # one-pass std_mean: 16.7% fewer bytes per step; a flops= hint corrected downward reads the same
     entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(48 * MIB)}
-    metrics = [time_metric(samples(2.0, 1)), Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work")]
-    (timing, work), judging = judged(tmp_path, metrics, entries)
-    assert work.status == "changed"
-    assert timing.status == "inconclusive" and timing.doubt == "work" and timing.suspected == "regression"
-    assert "the step's work changed (bytes per step 96.00 MiB vs 48.00 MiB)" in timing.message
-    assert judging.failure_lines(NODE) == [work.message]  # one finding: the workload, not a slowdown
-    assert not judging.wants_confirmation([timing, work])  # no fresh process for a known cause
+    metrics = [time_metric(samples(1.0, 1)), Metric("step.bytes_per_step", 40 * MIB, "B", "equal", "work")]
+    verdicts, judging = judged(tmp_path, metrics, entries)
+    work = next(v for v in verdicts if v.metric.kind == "work")
+    assert work.status == "improvement" and not work.failed
+    assert work.message.startswith("bytes per step 48.00 MiB -> 40.00 MiB (0.833x) on ")
+    assert work.message.endswith(f"the step does less work, an improvement; lock it in with: {update_command([NODE])}")
+    assert judging.failure_lines(NODE) == []
+    hint = judge(Metric("step.flops_per_step", 4, "FLOP", "equal", "work"), work_entry(6, "FLOP"), 0.01, "CPU")
+    assert hint.status == "improvement" and not hint.failed
+
+
+def test_more_work_fails_saying_so_first_with_the_slowdown_judged_beside_it(tmp_path: Path) -> None:
+    entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(13.01 * MIB)}
+    metrics = [time_metric(samples(2.15, 1)), Metric("step.bytes_per_step", 26.02 * MIB, "B", "equal", "work")]
+    (work, timing), judging = judged(tmp_path, metrics, entries)  # the work first: the headline's order
+    assert work.status == "changed" and work.message.startswith(
+        "the step now does 2x the work (bytes per step 13.01 MiB -> 26.02 MiB)"
+    )
+    assert timing.status == "regression" and timing.doubt == ""
+    assert timing.message.endswith("; with +100.0% bytes per step: the step does more work")
+    assert judging.failure_lines(NODE) == [work.message, timing.message]
+    head = short_fact(verdict_to_dict(work))
+    assert head == "the step now does 2x the work (bytes per step 13.01 MiB -> 26.02 MiB)"
 
 
 def test_the_same_work_getting_slower_is_still_a_regression(tmp_path: Path) -> None:
@@ -84,11 +103,13 @@ def test_update_keeps_an_unchanged_count_and_rewrites_a_changed_one() -> None:
 
 SAXPY = """
 import os
+import pytest
 import torch
 
 N = int(os.environ.get("ROWS", "256"))
 
 
+@pytest.mark.gpuperf(informational={"cpu": "bound"})  # the bound class follows the size and the machine's load
 def test_add(gpuperf):
     x, y = torch.randn(N, 4096), torch.randn(N, 4096)
     out = torch.empty(N, 4096)
@@ -107,27 +128,35 @@ def test_end_to_end_the_work_change_is_reported_in_terminal_markdown_and_json(
     monkeypatch.setenv("ROWS", "512")  # the test's size changed, its baseline did not
     result = pytester.runpytest(*args, "--gpuperf-json", "out.json", "--gpuperf-markdown", "out.md")
     result.assert_outcomes(failed=1)
-    sentence = "bytes per step 24.00 MiB vs 12.00 MiB (2x)"
-    result.stdout.fnmatch_lines([f"*{sentence}*the test's workload changed; if intended, re-record*"])
-    head = "bytes per step 12.00 MiB -> 24.00 MiB: the test's workload changed"  # the failure message's first line
-    result.stdout.fnmatch_lines([head])
+    sentence = "the step now does 2x the work (bytes per step 12.00 MiB -> 24.00 MiB)"
+    result.stdout.fnmatch_lines([f"*{sentence}*"])  # the failure message's first line
+    result.stdout.fnmatch_lines(["*the code does more work per step; if the test's workload grew on purpose*"])
     markdown = (pytester.path / "out.md").read_text()
     assert "| bytes per step | 12\\.00 MiB | 24\\.00 MiB | +100\\.0% |" in markdown
-    assert "CHANGED \\(the test's workload changed; if intended, re-record\\)" in markdown
+    assert "CHANGED \\(the step does more work per step" in markdown
     report = json.loads((pytester.path / "out.json").read_text())
     metrics = {m["metric"]: m for test in report["gpuperf"]["tests"] for m in test["metrics"]}
     work = metrics["step.bytes_per_step"]
     assert work["status"] == "changed" and sentence in work["message"]
     throughput = metrics["step.throughput"]
-    assert throughput["kind"] == KIND_THROUGHPUT and throughput["doubt"] in ("work", "machine")
+    assert throughput["kind"] == KIND_THROUGHPUT and throughput["doubt"] != "work"
+    monkeypatch.setenv("ROWS", "128")  # half the work: an optimisation passes as improved
+    fewer = pytester.runpytest(*args, "-o", "gpuperf_time_tolerance=20", "-o", "gpuperf_cpu_time_tolerance=20")
+    fewer.assert_outcomes(passed=1)
+    fewer.stdout.fnmatch_lines(
+        [
+            "*bytes per step*12.00 MiB*6.00 MiB*improved*",
+            "1 test(s) do less work per step than their baseline counted*lock it in with:",
+            "    pytest --gpuperf --gpuperf-update 'test_saxpy.py::test_add[[]cpu[]]'",
+        ]
+    )
 
 
-def test_the_changed_work_explains_a_timing_another_rule_already_doubted(tmp_path: Path) -> None:
-    """An unsettled (or contended) run's doubt would send the step to a fresh-process confirmation; the changed
-    workload is the reason that stands, and no confirmation is asked for."""
+def test_another_rules_doubt_stands_beside_the_changed_work(tmp_path: Path) -> None:
+    """An unsettled run's doubt is its own reason (a fresh process may clear it); the work is said beside it."""
     entries = {"step.time": entry(samples(1.0, 2)), "step.bytes_per_step": work_entry(48 * MIB)}
     unsettled = time_metric(samples(2.0, 1), settled=False)
     metrics = [unsettled, Metric("step.bytes_per_step", 96 * MIB, "B", "equal", "work")]
-    (timing, _), judging = judged(tmp_path, metrics, entries)
-    assert timing.status == "inconclusive" and timing.doubt == "work" and timing.suspected == "regression"
-    assert not judging.wants_confirmation([timing])
+    (work, timing), _ = judged(tmp_path, metrics, entries)
+    assert work.status == "changed" and work.failed
+    assert timing.status == "inconclusive" and timing.doubt != "work" and timing.suspected == "regression"

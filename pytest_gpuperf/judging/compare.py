@@ -10,7 +10,7 @@
   the point estimate is past the tolerance *and* the interval excludes "no
   change". The ratios are raw: nothing rescales them;
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
-* counted work (FLOPs, bytes per step): a change beyond counting noise fails, saying the workload changed
+* counted work (FLOPs, bytes per step): less work beyond counting noise is an improvement, more work fails
   (:mod:`pytest_gpuperf.judging.work`);
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction
   (:mod:`pytest_gpuperf.judging.ratio_rule`, the rule the A/B judge shares).
@@ -65,8 +65,9 @@ def _describe(metric: Metric, baseline_value: Any, ratio: float, tolerance: floa
     return f"{metric.label()} {measured} {sign} baseline {base} ({detail}) on {where}"
 
 
-def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where: str) -> Verdict:
-    """Judge ``metric`` against a baseline ``entry`` (None: no baseline yet)."""
+def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where: str, node_id: str = "") -> Verdict:
+    """Judge ``metric`` against a baseline ``entry`` (None: no baseline yet); ``node_id`` names the test in a
+    command a message recommends."""
     if not metric.judged:
         return Verdict(metric, "info", baseline=(entry or {}).get("value"))
     if entry is None:
@@ -84,7 +85,7 @@ def judge(metric: Metric, entry: dict[str, Any] | None, tolerance: float, where:
     if metric.kind == KIND_WORK:
         from pytest_gpuperf.judging.work import judge_work
 
-        return judge_work(metric, entry, tolerance, where)
+        return judge_work(metric, entry, tolerance, where, node_id)
     assert isinstance(metric.value, (int, float)) and isinstance(base_value, (int, float))
     if metric.kind in SAMPLED_KINDS:
         return _judge_samples(metric, entry, tolerance, where)

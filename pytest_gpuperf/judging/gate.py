@@ -127,7 +127,7 @@ def judge_one(
     from pytest_gpuperf.judging.compare import judge
     from pytest_gpuperf.judging.evidence import inconclusive, timing_reason
 
-    verdict = judge(metric, entry, tolerance, where)
+    verdict = judge(metric, entry, tolerance, where, node_id)
     by_cycles = on_cycles(verdict, entry, cycles[0], cycles[1], where)
     verdict = by_cycles or verdict
     mdc = (entry or {}).get("min_detectable_change")

@@ -4,16 +4,23 @@ The analytic verdict counts each measured step once (``flops=`` / ``bytes_moved=
 count, :mod:`pytest_gpuperf.profiling.counting`), and stores the two counts as ``<step>.flops_per_step``
 and ``<step>.bytes_per_step`` (kind :data:`~pytest_gpuperf.results.KIND_WORK`). The counts are exact
 for the same code (a dispatch-mode count, or the test's own hints), so a change beyond
-:data:`WORK_TOLERANCE` (the file's 6 significant digits, with room) means the test's workload
-changed: its verdict is ``changed`` (fails the test) and says by how much ("bytes per step 96.00 MiB vs
-48.00 MiB: the test's workload changed; if intended, re-record"). The time and throughput verdicts of
-that step are then another finding than "the same work got slower": they become inconclusive with
-that reason (:func:`explain_timing`). Work verdicts judge on every machine: another machine's speed
-does not change what a step counts.
+:data:`WORK_TOLERANCE` (the file's 6 significant digits, with room) is another amount of work per step:
+
+* **less work** (an optimisation, or a ``flops=`` hint corrected downward): ``improvement``, which passes and
+  names the command that records the gain (``bytes per step 26.02 MiB -> 21.68 MiB (0.833x): the step does less
+  work, an improvement; lock it in with: pytest --gpuperf --gpuperf-update 'id'``);
+* **more work** (redundant work, or a workload grown on purpose): ``changed``, which fails, saying first how much
+  more the step does (``the step now does 2x the work (bytes per step 13.01 MiB -> 26.02 MiB)``).
+
+The step's time and throughput verdicts are judged as usual beside it, their messages saying the work moved
+(``throughput -19.5% ...; with +38.0% bytes per step: the step does more work``), so a slowdown that came
+with the extra work is reported, never filed as inconclusive (:func:`explain_timing`). Work verdicts judge on
+every machine: another machine's speed does not change what a step counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, KIND_WORK, Metric, Verdict
@@ -55,8 +62,9 @@ def format_work(value: Any, unit: str) -> str:
     return format_bytes(value) if unit == "B" else format_rate(float(value), unit)
 
 
-def judge_work(metric: Metric, entry: dict[str, Any], tolerance: float, where: str) -> Verdict:
-    """A work metric against its baseline entry: ``unchanged`` within ``tolerance``, else ``changed``."""
+def judge_work(metric: Metric, entry: dict[str, Any], tolerance: float, where: str, node_id: str = "") -> Verdict:
+    """A work metric against its baseline entry: ``unchanged`` within ``tolerance``, ``improvement`` for less
+    work, ``changed`` (failing) for more (module doc); ``node_id`` names the test in the command to record."""
     base = entry.get("value")
     value = metric.value
     if not isinstance(base, (int, float)) or not isinstance(value, (int, float)):
@@ -67,13 +75,28 @@ def judge_work(metric: Metric, entry: dict[str, Any], tolerance: float, where: s
         ratio = float(value) / float(base)
     if abs(ratio - 1.0) <= tolerance:
         return Verdict(metric, "unchanged", baseline=base, ratio=ratio, tolerance=tolerance)
-    by = f"{ratio:.3g}x" if ratio != float("inf") else "from none"
+    from pytest_gpuperf.commands import update_command
+
+    command = update_command([node_id]) if node_id else RERECORD
+    moved = f"{metric.label()} {format_work(base, metric.unit)} -> {format_work(value, metric.unit)}"
+    if ratio < 1.0:
+        message = (
+            f"{moved} ({ratio:.3g}x) on {where}: the step does less work, an improvement; lock it in with: {command}"
+        )
+        return Verdict(metric, "improvement", baseline=base, ratio=ratio, tolerance=tolerance, message=message)
     message = (
-        f"{metric.label()} {format_work(value, metric.unit)} vs {format_work(base, metric.unit)} ({by}) on {where}: "
-        f"the test's workload changed; if intended, re-record ({RERECORD})"
+        f"{more_work(ratio)} ({moved}) on {where}: the code does more work per step; if the test's workload "
+        f"grew on purpose, re-record with: {command}"
     )
     ratio_shown = ratio if ratio != float("inf") else None
     return Verdict(metric, "changed", baseline=base, ratio=ratio_shown, tolerance=tolerance, message=message)
+
+
+def more_work(ratio: float | None) -> str:
+    """``the step now does 2x the work`` (``... work where it did none`` from a zero count)."""
+    if ratio is None or ratio == float("inf"):
+        return "the step now does work where it did none"
+    return f"the step now does {ratio:.3g}x the work"
 
 
 def unrecorded(metric: Metric) -> Verdict:
@@ -87,32 +110,29 @@ def unrecorded(metric: Metric) -> Verdict:
 
 
 def explain_timing(verdicts: list[Verdict]) -> list[Verdict]:
-    """Time/throughput verdicts of a step whose counted work changed: inconclusive, saying the work changed."""
-    from pytest_gpuperf.judging.evidence import JUDGED, inconclusive
+    """Verdicts of steps whose counted work moved: the failing work verdict first, and each time/throughput
+    verdict of the step still judged, its message saying how the work moved (module doc)."""
+    from pytest_gpuperf.judging.evidence import JUDGED
+    from pytest_gpuperf.units import format_change
 
-    changed: dict[str, list[str]] = {}
+    moved: dict[str, list[str]] = {}
     for verdict in verdicts:
         step, _, last = verdict.metric.name.rpartition(".")
-        if verdict.metric.kind == KIND_WORK and verdict.status == "changed" and last in WORK_UNITS:
-            unit = verdict.metric.unit
-            changed.setdefault(step, []).append(
-                f"{verdict.metric.label()} {format_work(verdict.metric.value, unit)} vs "
-                f"{format_work(verdict.baseline, unit)}"
+        if verdict.metric.kind == KIND_WORK and verdict.status in ("changed", "improvement") and last in WORK_UNITS:
+            ratio = verdict.ratio
+            change = format_change(ratio) if ratio is not None else "from none"
+            more = ratio is None or ratio > 1.0
+            moved.setdefault(step, []).append(
+                f"{change} {verdict.metric.label()}: the step does {'more' if more else 'less'} work"
             )
-    if not changed:
+    if not moved:
         return verdicts
     out = []
     for verdict in verdicts:
         step = verdict.metric.name.rpartition(".")[0]
         timing = verdict.metric.kind in (KIND_TIME, KIND_THROUGHPUT)
-        # The work explains the time whatever another rule said (a contended run's doubt would send the step to a
-        # fresh-process confirmation that the changed workload makes meaningless).
-        if timing and step in changed and verdict.status in (*JUDGED, "inconclusive"):
-            reason = (
-                f"the step's work changed ({'; '.join(changed[step])}), so this is not the same work getting "
-                "slower or faster; if the new workload is intended, re-record"
-            )
-            out.append(inconclusive(verdict, reason, WORK))
-        else:
-            out.append(verdict)
-    return out
+        if timing and step in moved and verdict.status in JUDGED and verdict.message:
+            verdict = replace(verdict, message=f"{verdict.message}; with {'; '.join(moved[step])}")
+        out.append(verdict)
+    # The headline names a step's extra work first, the slowdown that came with it beside it.
+    return sorted(out, key=lambda v: not (v.metric.kind == KIND_WORK and v.status == "changed"))

@@ -47,11 +47,14 @@ class Stages:
         return probe(self.context.backend, self.step, plan.call.memory)
 
     def time(self, plan: MeasurePlan, probes: Probes) -> TimingResult:
-        """The time stage: the timing loop with the plan's settings and stop rule, the probes' sync count held."""
+        """The time stage: the timing loop with the plan's settings and stop rule, the probes' sync count held; on
+        the host CPU under xdist, one worker of the run at a time (:mod:`pytest_gpuperf.procs.cpu_lock`)."""
+        from pytest_gpuperf.procs.cpu_lock import serialised
         from pytest_gpuperf.timing import measure_time
 
-        with probes.held_for(self.step):
-            return measure_time(self.context.backend, self.step, plan.config, plan.stop_rule)
+        backend = self.context.backend
+        with probes.held_for(self.step), serialised(backend.is_host_cpu()):
+            return measure_time(backend, self.step, plan.config, plan.stop_rule)
 
     def metrics(self, plan: MeasurePlan, timing: TimingResult, probes: Probes) -> list[Metric]:
         """The metrics stage: the timing metrics (calibrated), then host syncs and peak memory from the probes."""

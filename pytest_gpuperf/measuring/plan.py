@@ -69,7 +69,9 @@ def timed_like(entry: dict[str, Any] | None, config: MeasureConfig) -> MeasureCo
         if config.cuda_graph == "auto":
             config = replace(config, cuda_graph="on" if method == "cuda_graph" else "off")
         if config.cpu_clock == "auto":
-            config = replace(config, cpu_clock="thread" if method == "thread_cpu" else "wall")
+            thread = method == "thread_cpu"
+            # a step that now waits leaves the baseline's thread clock for the wall clock (added waiting counts)
+            config = replace(config, cpu_clock="thread" if thread else "wall", wall_when_waiting=thread)
     return config
 
 

@@ -7,7 +7,8 @@ and reads back its results, and how the child leaves. A/B workers (:mod:`pytest_
 * :mod:`.payload`: the files a child reads its task from and writes its results to (written atomically);
 * :mod:`.exit`: the child's exit without the interpreter's module teardown;
 * :mod:`.lifetime`: is a process alive, its descendants, its start time, how it ended;
-* :mod:`.folders`: private temp folders named for their owner, swept when the owner died.
+* :mod:`.folders`: private temp folders named for their owner, swept when the owner died;
+* :mod:`.cpu_lock`: the file lock that lets one pytest-xdist worker at a time time a step on the host CPU.
 
 Two rules:
 

@@ -249,17 +249,20 @@ def measure_cache_bandwidth(backend: Backend, tries: int = TRIES) -> dict[str, A
 
 def measure(backend: Backend, what: str, cls: str, tries: int = TRIES) -> dict[str, Any] | None:
     """One roof of ``backend``: ``compute`` (dtype class ``cls``), ``dram`` or ``cache``; None if not measurable."""
-    custom = getattr(backend, "measure_roof", None)
-    if custom is not None:
-        return custom(what, cls, tries)
-    if not backend.runs_torch:
-        return None
-    if backend.name == "cpu":  # with the thread count CPU steps are measured with (gpuperf_cpu_threads)
-        from pytest_gpuperf.backends.cpu_threads import effective, measuring_threads
+    from pytest_gpuperf.procs.cpu_lock import serialised
 
-        with measuring_threads(effective()):
-            return _torch_roof(backend, what, cls, tries)
-    return _torch_roof(backend, what, cls, tries)
+    custom = getattr(backend, "measure_roof", None)
+    with serialised(backend.is_host_cpu()):  # a roof times the host CPU: under xdist, one worker at a time
+        if custom is not None:
+            return custom(what, cls, tries)
+        if not backend.runs_torch:
+            return None
+        if backend.name == "cpu":  # with the thread count CPU steps are measured with (gpuperf_cpu_threads)
+            from pytest_gpuperf.backends.cpu_threads import effective, measuring_threads
+
+            with measuring_threads(effective()):
+                return _torch_roof(backend, what, cls, tries)
+        return _torch_roof(backend, what, cls, tries)
 
 
 def _torch_roof(backend: Backend, what: str, cls: str, tries: int) -> dict[str, Any] | None:

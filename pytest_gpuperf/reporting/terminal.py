@@ -185,6 +185,7 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
     """
     new_tests: list[str] = []
     improved: list[str] = []
+    less_work: list[str] = []
     budget: list[str] = []
     fingerprints: dict[str, dict[str, Any]] = {}
     for node_id, data, verdicts in reported:
@@ -192,7 +193,9 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
         statuses = {v["status"] for v in verdicts} if not data.get("body_failed") else set()
         if "new" in statuses:
             new_tests.append(node_id)
-        if "improvement" in statuses:
+        if any(v["status"] == "improvement" and v.get("kind") == "work" for v in verdicts):
+            less_work.append(node_id)
+        elif "improvement" in statuses:
             improved.append(node_id)
         if any((v.get("extra") or {}).get("budget_exhausted") for v in verdicts):
             budget.append(node_id)
@@ -213,6 +216,11 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
         tr.write_line(
             f"{len(new_tests)} test(s) have no baseline for this hardware; record them with:\n"
             f"    {update_command(new_tests)}"
+        )
+    if less_work:
+        tr.write_line(
+            f"{len(less_work)} test(s) do less work per step than their baseline counted (an optimisation, or a "
+            f"FLOPs/bytes hint corrected): an improvement; lock it in with:\n    {update_command(less_work)}"
         )
     if improved:
         tr.write_line(

@@ -121,7 +121,7 @@ def why(verdict: dict[str, Any]) -> str:
     if status == "inconclusive" and verdict.get("reason"):
         notes.append(first_clause(str(verdict["reason"])))
     elif status == "changed" and verdict.get("kind") == "work":
-        notes.append("the test's workload changed; if intended, re-record")
+        notes.append("the step does more work per step; if the test's workload grew on purpose, re-record")
     elif numeric(verdict) and status in ("unchanged", "improvement", "inconclusive") and _past_limit(verdict):
         base, value = _number(verdict.get("baseline")), _number(verdict.get("value"))
         allowance = MEMORY_SLACK_BYTES
@@ -157,7 +157,9 @@ def short_fact(verdict: dict[str, Any]) -> str:
     baseline, value = verdict.get("baseline"), verdict.get("value")
     values = f"{format_value(baseline, unit)} -> {format_value(value, unit)}" if baseline is not None else ""
     if verdict.get("kind") == "work":
-        return f"{label} {values}: the test's workload changed" if values else f"{label} changed"
+        from pytest_gpuperf.judging.work import more_work
+
+        return f"{more_work(_number(verdict.get('ratio')))} ({label} {values})" if values else f"{label} changed"
     if not numeric(verdict):
         return f"{label} changed: {values}" if values else f"{label} changed"
     better = str(verdict.get("better", "lower"))

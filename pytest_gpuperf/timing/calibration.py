@@ -83,6 +83,7 @@ def measure_calibration(repeats: int = REPEATS, calls: int = CALLS, size: int = 
     """Time the fixed kernel (one torch thread, random inputs, a preallocated output) and summarize it."""
     import torch
 
+    from pytest_gpuperf.procs.cpu_lock import serialised
     from pytest_gpuperf.timing.threads import measuring_threads
 
     started = time.perf_counter()
@@ -91,7 +92,8 @@ def measure_calibration(repeats: int = REPEATS, calls: int = CALLS, size: int = 
     b = torch.randn(size, size, generator=generator)
     out = torch.empty(size, size)
     thread, wall = [], []
-    with measuring_threads(1), torch.inference_mode():
+    # the kernel times the host CPU: under xdist, one worker at a time (pytest_gpuperf.procs.cpu_lock)
+    with measuring_threads(1), torch.inference_mode(), serialised(True):
         for _ in range(WARMUP_CALLS):
             torch.mm(a, b, out=out)
         for _ in range(repeats):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_gpuperf.timing.record import Samples
-from pytest_gpuperf.timing.sampling import BLOCKING_SHARE, least_warmup
+from pytest_gpuperf.timing.sampling import BLOCKING_SHARE, CERTAIN_BLOCKING_SHARE, WAIT_SWITCHES, least_warmup
 
 if TYPE_CHECKING:
     from pytest_gpuperf.timing.layout import HeapLayout
@@ -125,12 +125,32 @@ class BlockSampler:
         return taken
 
 
-def blocking_note(cpu_share: float) -> str:
-    """The ``method_note`` of a CPU step timed by the wall clock because it blocks."""
-    return (
-        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time "
-        "(sleep, I/O, worker threads or a collective); timed by the wall clock, which counts the waiting"
+def blocking_note(cpu_share: float, pinned: bool = False) -> str:
+    """The ``method_note`` of a CPU step timed by the wall clock because it blocks (waits); ``pinned``: its
+    baseline was timed by the thread clock."""
+    note = (
+        f"the step blocks: its thread computed for {cpu_share:.1%} of the warm-up's wall time, under "
+        f"{BLOCKING_SHARE:.0%} (sleep, I/O, a lock, worker threads or a collective); timed by the wall clock, which "
+        "counts the waiting"
     )
+    if pinned:
+        note += (
+            "; its baseline was timed by the thread clock, so waiting added since shows as a slowdown (if the step "
+            "waited as much when it was recorded, re-record it)"
+        )
+    return note
+
+
+def waits(warm: WarmupResult) -> bool:
+    """Whether the warm-up shows a step that waits: a CPU share under :data:`CERTAIN_BLOCKING_SHARE`, or under
+    :data:`BLOCKING_SHARE` with the thread giving up its CPU in a tenth of the calls (:data:`WAIT_SWITCHES`)."""
+    share = warm.cpu_share
+    if share is None or share >= BLOCKING_SHARE:
+        return False
+    if share < CERTAIN_BLOCKING_SHARE:
+        return True
+    switches = warm.voluntary_switches  # None off Linux: the band is left to the thread clock
+    return switches is not None and switches >= max(2, WAIT_SWITCHES * warm.calls)
 
 
 class ThreadClockSampler(BlockSampler):
@@ -142,14 +162,15 @@ class ThreadClockSampler(BlockSampler):
         self.wall = wall
 
     def settle(self, warm: WarmupResult, config: MeasureConfig) -> tuple[Sampler, float, str]:
-        """A step whose thread computed for less than :data:`BLOCKING_SHARE` of the warm-up blocks: timed by the
-        wall clock under ``cpu_clock`` auto, else still by the thread clock with a note of what it misses."""
+        """A step that waits in the warm-up (:func:`waits`) blocks: timed by the
+        wall clock under ``cpu_clock`` auto (the thread clock chosen by a baseline's method included:
+        ``wall_when_waiting``), else still by the thread clock with a note of what it misses."""
         share = warm.cpu_share
-        if share is None or share >= BLOCKING_SHARE:
+        if share is None or not waits(warm):
             return self, warm.per_call, ""
-        if config.cpu_clock == "auto":
+        if config.cpu_clock == "auto" or config.wall_when_waiting:
             wall = BlockSampler(self.wall, "wall", cpu_now=self.cpu_now, layout=self.layout)
-            return wall, 0.0, blocking_note(share)
+            return wall, 0.0, blocking_note(share, pinned=config.cpu_clock != "auto")
         return (
             self,
             warm.per_call,

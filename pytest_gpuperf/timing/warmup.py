@@ -42,6 +42,9 @@ class WarmupResult:
     wall_per_call: float = 0.0
     #: Thread CPU seconds over wall seconds not spent waiting for a CPU (None when not tracked).
     cpu_share: float | None = None
+    #: Times the thread gave up its CPU to wait (sleep, I/O, a lock) during the warm-up (None when not tracked):
+    #: a step that waits does so in every call it waits in, while pure compute that another job delays gets none.
+    voluntary_switches: int | None = None
     times: list[float] = field(default_factory=list)
     note: str = ""
 
@@ -90,6 +93,7 @@ def warm_up(
     start = now()
     cpu0 = cpu_now() if cpu_now else None
     wait0 = wait_ns() if wait_ns else None
+    switches0 = voluntary_switches() if cpu_now else None
     if fixed_calls is not None:
         _fixed(result, time_call, fixed_calls, tolerance)
     else:
@@ -100,7 +104,18 @@ def warm_up(
     result.per_call = median(result.times[-window_size(result.calls) :])
     if cpu0 is not None and cpu_now is not None and result.seconds > 0:
         result.cpu_share = _cpu_share(cpu_now, cpu0, result.seconds, wait_ns, wait0)
+    switches1 = voluntary_switches() if switches0 is not None else None
+    if switches0 is not None and switches1 is not None:
+        result.voluntary_switches = switches1 - switches0
     return result
+
+
+def voluntary_switches() -> int | None:
+    """The calling thread's voluntary context switches so far (Linux ``RUSAGE_THREAD``), None elsewhere."""
+    import resource
+
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return None if who is None else int(resource.getrusage(who).ru_nvcsw)
 
 
 def _fixed(result: WarmupResult, time_call: Callable[[], float], calls: int, tolerance: float) -> None:

@@ -4,12 +4,16 @@
   workers inherit, and warns when more workers than GPUs would share one;
 * each worker sets ``CUDA_VISIBLE_DEVICES`` in ``pytest_load_initial_conftests``, before
   conftests or test modules can import torch;
-* distributed perf tests (they need every GPU) are skipped on workers, with the command to run them.
+* distributed perf tests (they need every GPU) are skipped on workers, with the command to run them;
+* on the host CPU the workers would time on the same cores: with more than one worker, each times its steps (and
+  its fresh processes theirs) under the run's CPU lock (:mod:`pytest_gpuperf.procs.cpu_lock`), one at a time, and
+  the summary says so once.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -28,9 +32,12 @@ OPTIONS: list[tuple[Any, ...]] = [
     ),
 ]
 if TYPE_CHECKING:
-    from pytest_gpuperf.hookspecs import SummarySection
+    from pytest_gpuperf.hookspecs import ReportSection, SummarySection
 
 SHARER_NAME = "gpuperf-xdist-gpus"
+#: The call-report property of a test that timed under the run's CPU lock (its value: how many workers share it).
+SERIALISED_PROPERTY = "gpuperf_cpu_serialised"
+_LOCK_USES = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,12 +74,49 @@ def pytest_configure(config: pytest.Config) -> None:
                 "but CUDA was initialised before pytest-gpuperf could set CUDA_VISIBLE_DEVICES (a conftest or plugin "
                 "touched torch.cuda at import); move that CUDA call into a fixture"
             )
+        _configure_cpu_lock(config)
         return
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > 0:
         sharer = GpuSharer(config)
         config.pluginmanager.register(sharer, SHARER_NAME)
         sharer.share(workers)
+
+
+def _configure_cpu_lock(config: pytest.Config) -> None:
+    """A worker of a run with more than one: host-CPU timing under the run's lock (:mod:`.procs.cpu_lock`)."""
+    from pytest_gpuperf.procs import cpu_lock
+
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    count = int(workerinput.get("workercount") or os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if count > 1:
+        cpu_lock.configure(cpu_lock.lock_path(str(workerinput.get("testrunuid", ""))), count)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Note the CPU lock's uses before the test, to tell whether the test timed under it."""
+    from pytest_gpuperf.procs.cpu_lock import active
+
+    lock = active()
+    if lock is not None:
+        item.stash[_LOCK_USES] = lock.uses
+
+
+def _timed_under_lock(item: pytest.Item) -> bool:
+    from pytest_gpuperf.procs.cpu_lock import active
+
+    lock = active()
+    return lock is not None and lock.uses > item.stash.get(_LOCK_USES, lock.uses)
+
+
+def pytest_gpuperf_report_sections(item: pytest.Item) -> list[ReportSection] | None:
+    """A property on the call report of a test that timed under the CPU lock (read by the controller's summary)."""
+    if not _timed_under_lock(item):
+        return None
+    from pytest_gpuperf.hookspecs import ReportSection
+    from pytest_gpuperf.procs.cpu_lock import workers
+
+    return [ReportSection("workers", properties=((SERIALISED_PROPERTY, str(workers())),), junit=False)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -96,6 +140,7 @@ class GpuSharer:
         self.config = config
         self.lines: list[str] = []
         self._env_set: str | None = None
+        self._lock_dir: str | None = None
 
     def share(self, workers: int) -> None:
         """Tell the workers (through the environment they inherit) which GPUs to take, one each."""
@@ -115,16 +160,35 @@ class GpuSharer:
         warning = sharing_warning(workers, gpus)
         if warning:
             self.lines.append(warning)
+        from pytest_gpuperf.procs.cpu_lock import ENV_DIR
+        from pytest_gpuperf.procs.folders import make_pool_dir
+
+        if workers > 1 and ENV_DIR not in os.environ:  # the folder of the workers' CPU lock, removed at the end
+            self._lock_dir = str(make_pool_dir("cpu-lock"))
+            os.environ[ENV_DIR] = self._lock_dir
 
     def pytest_unconfigure(self) -> None:
-        """Take the GPU list out of the environment again."""
+        """Take the GPU list and the CPU lock's folder out of the environment again; remove the folder."""
         if self._env_set:
             os.environ.pop(self._env_set, None)
+        if self._lock_dir:
+            from pytest_gpuperf.procs.cpu_lock import ENV_DIR
+            from pytest_gpuperf.procs.folders import remove_pool_dir
+
+            os.environ.pop(ENV_DIR, None)
+            remove_pool_dir(Path(self._lock_dir))
 
     def pytest_gpuperf_summary_sections(self, config: pytest.Config, records: list[Any]) -> list[SummarySection]:
-        """Which GPU each worker used, and a warning when workers shared one."""
-        if not self.lines:
+        """Which GPU each worker used, a warning when workers shared one, and that CPU timing was serialised."""
+        serialised = [v for r in records for k, v in getattr(r, "properties", ()) if k == SERIALISED_PROPERTY]
+        lines = list(self.lines)
+        if serialised:
+            lines.append(
+                f"CPU timing serialised across {max(int(v) for v in serialised)} xdist workers (they share the host's "
+                "cores: one times a step at a time, the others wait)"
+            )
+        if not lines:
             return []
         from pytest_gpuperf.hookspecs import SummarySection
 
-        return [SummarySection("gpuperf xdist", tuple((line, {}) for line in self.lines), sep="-", order=20)]
+        return [SummarySection("gpuperf xdist", tuple((line, {}) for line in lines), sep="-", order=20)]
