@@ -209,10 +209,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def check_entries(path: Path, entries: dict[str, dict[str, dict[str, Any]] | None]) -> None:
-    """Refuse (:class:`BaselineError`) to write any entry the reader would refuse."""
+    """Refuse (:class:`BaselineError`) to write any test id, metric name or entry the reader would refuse."""
+    from pytest_gpuperf.validate import MAX_TEST_ID, name_problem
+
     for test_id, metrics in sorted(entries.items()):
+        problem = name_problem(test_id, "test id", MAX_TEST_ID)
+        if problem:
+            raise BaselineError(path, f"refusing to record {problem}", hint="nothing was written")
         for name, entry in sorted((metrics or {}).items()):
-            problem = entry_problem(ordered_entry(entry))
+            problem = name_problem(name) or entry_problem(ordered_entry(entry))
             if problem:
                 raise BaselineError(
                     path,
@@ -236,7 +241,8 @@ def update_baseline_file(
     produces disappears); a test mapped to None is removed (its entries moved
     to a new id). Raises :class:`BaselineError`, writing nothing, when the
     existing file is malformed or an entry is invalid; the file is left as it
-    is (not even re-rendered) when nothing in it changes.
+    is (not even re-rendered) when nothing in it changes. An entry of the file that
+    the reader refuses is dropped (the file repaired) and named in the result's ``dropped``.
     """
     from pytest_gpuperf.baselines.schema import load_baseline_file
 
@@ -245,9 +251,10 @@ def update_baseline_file(
     path.parent.mkdir(parents=True, exist_ok=True)
     with directory_lock(path.parent):
         sweep_stale_temp_files(path.parent)
-        current = load_baseline_file(path, cached=False)  # fresh, under the lock
+        dropped: list[str] = []
+        current = load_baseline_file(path, cached=False, dropped=dropped)  # fresh, under the lock
         stored = dict(current.stored) if current is not None else {}
-        changed = current is None
+        changed = current is None or bool(dropped)
         for test_id, metrics in entries.items():
             if metrics is None:
                 changed = stored.pop(test_id, None) is not None or changed
@@ -257,7 +264,7 @@ def update_baseline_file(
             if new != old:
                 stored[test_id] = new
                 changed = True
-        result = BaselineFile(path=path, fingerprint=dict(fingerprint), tests=stored, stored=stored)
+        result = BaselineFile(path=path, fingerprint=dict(fingerprint), tests=stored, stored=stored, dropped=dropped)
         if changed:
             atomic_write_text(path, render_baseline(result))
         elif current is not None:

@@ -195,9 +195,10 @@ def build_report(
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` (parent folders created; non-finite floats as null)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(document), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    """Write ``document`` to ``path`` atomically (parent folders created; non-finite floats as null)."""
+    from pytest_gpuperf.reporting.files import write_report
+
+    write_report(path, json.dumps(_finite(document), indent=2, sort_keys=False) + "\n")
 
 
 def _finite(value: Any) -> Any:
