@@ -237,3 +237,81 @@ def test_a_killed_controller_of_an_n2_update_leaves_no_process_and_writes_nothin
     time.sleep(2)  # past the end of the tests the workers were running
     baselines = pytester.path / "baselines"
     assert not baselines.exists() or not [p for p in baselines.iterdir() if p.suffix in (".yaml", ".tmp")]
+
+
+# -- B7: a flood of local connections while the pool starts ----------------------------------------------------------
+
+
+class _Flood:
+    """Threads opening connections to ``address`` as fast as they can for ``seconds`` (the newest 64 kept open)."""
+
+    def __init__(self, address: str, seconds: float, threads: int = 3) -> None:
+        import socket
+        import threading
+
+        host, _, port = address.rpartition(":")
+        self.opened = 0
+        stop = time.monotonic() + seconds
+
+        def run() -> None:
+            held: list[socket.socket] = []
+            while time.monotonic() < stop:
+                try:
+                    held.append(socket.create_connection((host, int(port)), timeout=1))
+                    self.opened += 1
+                except OSError:
+                    continue
+                if len(held) > 64:
+                    held.pop(0).close()
+            for sock in held:
+                sock.close()
+
+        self.threads = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
+        for thread in self.threads:
+            thread.start()
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(30)
+
+
+def test_a_worker_gets_through_a_flood_that_pushes_its_handshake_out() -> None:
+    from pytest_gpuperf.distributed.channel import AuthListener, connect, new_key, recv_message, send_message
+
+    key = new_key()
+    listener = AuthListener(key, max_pending=4)  # 4 pending handshakes: every flood connection pushes one out
+    flood = _Flood(listener.address, seconds=2.0)
+    try:
+        client = connect(listener.address, key, timeout=30)
+        server = listener.accept(30)
+        assert server is not None
+        send_message(client, "through")
+        assert recv_message(server) == "through"
+        assert flood.opened > 4 and listener.rejected > 0
+        client.close()
+        server.close()
+    finally:
+        flood.join()
+        listener.close()
+
+
+def test_a_pool_starts_while_another_local_user_floods_its_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gpuperf.distributed import pool
+    from pytest_gpuperf.distributed.channel import AuthListener
+
+    floods: list[_Flood] = []
+
+    class Flooded(AuthListener):
+        def __init__(self, key: bytes) -> None:
+            super().__init__(key, max_pending=4)
+            floods.append(_Flood(self.address, seconds=3.0))
+
+    monkeypatch.setattr(pool, "AuthListener", Flooded)
+    ranks = pool.RankPool(1, "cpu", solo=True)
+    try:
+        ranks.start(timeout=120)
+        assert ranks.alive and floods[0].opened > 4
+    finally:
+        ranks.close()
+        for flood in floods:
+            flood.join()
