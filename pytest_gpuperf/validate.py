@@ -36,16 +36,21 @@ class NumberError(ValueError):
     """A number that the gate cannot use; the message names it (``what``) and the accepted range."""
 
 
+#: Longest integer accepted anywhere (a peak of 10^20 bytes has 21 digits); the baseline reader refuses longer
+#: ones, so the writer must too.
+MAX_INT_DIGITS = 30
+
+
 def _scalar(value: Any, what: str) -> int | float:
     """``value`` as a plain int or float; 0-d tensors and numpy scalars are converted with ``float()``."""
     if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
         raise NumberError(f"{what} must be a number, got {value!r}")
     if isinstance(value, int):
-        try:
-            float(value)
-        except OverflowError:
-            digits = integer_digits(int(value))
-            raise NumberError(f"{what} must be a finite number, got an integer of {digits} digits") from None
+        digits = integer_digits(int(value))
+        if digits > MAX_INT_DIGITS:
+            raise NumberError(
+                f"{what} must be a finite number, got an integer of {digits} digits (at most {MAX_INT_DIGITS})"
+            )
         return int(value)
     if isinstance(value, float):
         return float(value)
@@ -112,6 +117,8 @@ def positive_int(value: Any, what: str) -> int:
 MAX_WORD = 64
 #: Longest metric name (``step.time``, ``rank3.train.tokens_per_s``: a name is a short dotted label).
 MAX_METRIC_NAME = 200
+#: Longest category value (a bound class, a dtype: a short word; a million characters flooded the terminal).
+MAX_CATEGORY = 200
 #: Longest test id read from a baseline file (pytest ids with long parametrizations stay far below).
 MAX_TEST_ID = 4096
 
@@ -208,7 +215,7 @@ def checked_record_args(
     if isinstance(value, str):
         if not value.strip():
             raise ValueError(f"{what}: a category value must be a non-empty word, got {value!r}")
-        problem = name_problem(value, "a category value", MAX_METRIC_NAME)
+        problem = name_problem(value, "a category value", MAX_CATEGORY)
         if problem:
             raise ValueError(f"{what}: {problem}")
         return value, "category"

@@ -243,7 +243,7 @@ def test_an_unchanged_file_is_parsed_once_and_a_replaced_one_again(
     update_baseline_file(path, {"backend": "cpu"}, {"t::a": {"m": {"value": 1}}})
     calls = []
     real = schema.parse_baseline_text
-    monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t: calls.append(p) or real(p, t))
+    monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t, *a: calls.append(p) or real(p, t, *a))
     first = load_baseline_file(path)
     assert load_baseline_file(path) is first and len(calls) == 1
     update_baseline_file(path, {"backend": "cpu"}, {"t::a": {"m": {"value": 2}}})  # atomic rename: a new inode
@@ -326,6 +326,6 @@ def test_a_session_parses_each_baseline_file_once(
     path.write_text(path.read_text() + "\n")  # a new inode and size: nothing cached from the recording run
     calls: list[str] = []
     real = schema.parse_baseline_text
-    monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t: calls.append(str(p)) or real(p, t))
+    monkeypatch.setattr(schema, "parse_baseline_text", lambda p, t, *a: calls.append(str(p)) or real(p, t, *a))
     pytester.runpytest_inprocess("--gpuperf", *unchanged_args).assert_outcomes(passed=1)  # in-process: calls counted
     assert calls.count(str(path)) == 1, calls  # judged, then the stale-entry summary: one parse

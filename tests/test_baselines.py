@@ -70,7 +70,7 @@ def test_update_refuses_to_overwrite_a_malformed_file(tmp_path: Path) -> None:
     with pytest.raises(BaselineError):
         update_baseline_file(path, FINGERPRINT, {"t::a": {"m": entry(1)}})
     assert path.read_text() == "schema_version: 1\ntests: [oops\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]  # no temporary file left behind
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
 
 
 def test_update_replaces_only_the_tests_given(tmp_path: Path) -> None:
@@ -285,12 +285,13 @@ def test_temp_files_of_a_killed_writer_are_swept_by_the_next_update(tmp_path: Pa
     update_baseline_file(tmp_path / "cpu.yaml", FINGERPRINT, {"t::a": {"m": entry(1)}})
     assert not stale.exists()
     assert other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep.tmp", "cpu.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".gitignore", ".gpuperf.lock", ".keep.tmp", "cpu.yaml"]
 
 
-def test_no_lock_file_is_left_in_the_baselines_folder(tmp_path: Path) -> None:
+def test_the_lock_file_beside_the_baselines_is_ignored_by_git(tmp_path: Path) -> None:
     update_baseline_file(tmp_path / "cpu.yaml", FINGERPRINT, {"t::a": {"m": entry(1)}})
-    assert [p.name for p in tmp_path.iterdir()] == ["cpu.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".gitignore", ".gpuperf.lock", "cpu.yaml"]
+    assert {".gpuperf.lock", ".*.tmp"} <= set((tmp_path / ".gitignore").read_text().splitlines())
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,11 @@ from typing import Any
 
 from pytest_gpuperf.results import NUMBER_KINDS
 from pytest_gpuperf.validate import (
+    MAX_CATEGORY,
     MAX_WORD,
     NumberError,
     finite_number,
+    name_problem,
     non_negative_number,
     number_or_none,
     positive_int,
@@ -87,6 +89,9 @@ def _value(value: Any, entry: dict[str, Any]) -> None:
     if kind == "category" or (kind not in NUMBER_KINDS and isinstance(value, str)):
         if not isinstance(value, str) or not value:
             raise NumberError(f"value of a category must be a non-empty word, got {value!r}")
+        problem = name_problem(value, "value of a category", MAX_CATEGORY)
+        if problem:
+            raise NumberError(problem)
         return
     check = (
         positive_number

@@ -155,6 +155,8 @@ class BaselineTracker:
         for summary in summaries:
             for error in summary["errors"]:
                 tr.write_line(f"pytest-gpuperf: {error}", red=True, bold=True)
+            for line in summary.get("repaired", []):
+                tr.write_line(f"pytest-gpuperf: {line}", yellow=True)
         _write_updates(tr, summaries)
         self._write_matching(tr)
 

@@ -64,6 +64,8 @@ class BaselineFile:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     tests: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     stored: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: The errors of entries left out when the file was read for repair (``--gpuperf-update``).
+    dropped: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.stored:
@@ -192,8 +194,13 @@ def _expand(stored: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
     return expanded
 
 
-def parse_baseline_text(path: Path, text: str) -> BaselineFile:
-    """Parse and validate the text of a baseline file; raise :class:`BaselineError` on any problem."""
+def parse_baseline_text(path: Path, text: str, dropped: list[str] | None = None) -> BaselineFile:
+    """Parse and validate the text of a baseline file; raise :class:`BaselineError` on any problem.
+
+    With a ``dropped`` list (the writer repairing a file under ``--gpuperf-update``) an entry the reader refuses
+    (a bad test id, metric name or field) is left out and its error appended, instead of refusing the file;
+    a file that is not a baseline at all (YAML, schema version, fingerprint) is still refused.
+    """
     if len(text) > MAX_FILE_BYTES:
         raise _too_large(path)
     data, lines = _compose(path, text)
@@ -209,24 +216,41 @@ def parse_baseline_text(path: Path, text: str) -> BaselineFile:
     if not isinstance(tests, dict):
         raise BaselineError(path, "'tests' must be a mapping of test id to metrics", lines.get(("tests",)))
     stored: dict[str, dict[str, dict[str, Any]]] = {}
+    for test_id, metrics in tests.items():
+        try:
+            entries = _test_entries(path, test_id, metrics, lines)
+        except BaselineError as exc:
+            if dropped is None:
+                raise
+            dropped.append(str(exc).partition(". The file was left untouched")[0])
+            continue
+        stored[str(test_id)] = entries
+    return BaselineFile(
+        path=path, fingerprint=fingerprint, tests=_expand(stored), stored=stored, dropped=list(dropped or [])
+    )
+
+
+def _test_entries(
+    path: Path, test_id: Any, metrics: Any, lines: dict[tuple[str, ...], int]
+) -> dict[str, dict[str, Any]]:
+    """One test's checked entries (retired fields dropped); :class:`BaselineError` naming the line."""
     from pytest_gpuperf.validate import MAX_TEST_ID, name_problem
 
-    for test_id, metrics in tests.items():
-        problem = name_problem(test_id, "test id", MAX_TEST_ID)
+    problem = name_problem(test_id, "test id", MAX_TEST_ID)
+    if problem:
+        raise BaselineError(path, problem, lines.get(("tests", str(test_id))))
+    if not isinstance(metrics, dict):
+        raise BaselineError(
+            path, f"test {test_id!r} must map metric names to entries", lines.get(("tests", str(test_id)))
+        )
+    entries = {}
+    for metric_name, entry in metrics.items():
+        problem = name_problem(metric_name) or entry_problem(entry)
         if problem:
-            raise BaselineError(path, problem, lines.get(("tests", str(test_id))))
-        if not isinstance(metrics, dict):
-            raise BaselineError(
-                path, f"test {test_id!r} must map metric names to entries", lines.get(("tests", str(test_id)))
-            )
-        stored[str(test_id)] = {}
-        for metric_name, entry in metrics.items():
-            problem = name_problem(metric_name) or entry_problem(entry)
-            if problem:
-                where = lines.get(("tests", str(test_id), str(metric_name)))
-                raise BaselineError(path, f"metric {metric_name!r} of {test_id!r}: {problem}", where)
-            stored[str(test_id)][str(metric_name)] = {k: v for k, v in entry.items() if k not in RETIRED_FIELDS}
-    return BaselineFile(path=path, fingerprint=fingerprint, tests=_expand(stored), stored=stored)
+            where = lines.get(("tests", str(test_id), str(metric_name)))
+            raise BaselineError(path, f"metric {metric_name!r} of {test_id!r}: {problem}", where)
+        entries[str(metric_name)] = {k: v for k, v in entry.items() if k not in RETIRED_FIELDS}
+    return entries
 
 
 _CACHE: OrderedDict[tuple[Any, ...], BaselineFile] = OrderedDict()
@@ -239,13 +263,13 @@ def _too_large(path: Path) -> BaselineError:
     return BaselineError(path, f"holds more than the {cap} read for a baseline (only that much was read)")
 
 
-def load_baseline_file(path: Path, cached: bool = True) -> BaselineFile | None:
+def load_baseline_file(path: Path, cached: bool = True, dropped: list[str] | None = None) -> BaselineFile | None:
     """Load ``path``; None when it does not exist; :class:`BaselineError` when it is malformed.
 
     Only a regular file is read (a FIFO or a device behind a symlink is refused, never waited on), and at most
     :data:`MAX_FILE_BYTES` + 1 bytes of it. With ``cached`` a file whose path, inode, size and times are
     unchanged is parsed once per process and the same (read-only) :class:`BaselineFile` is returned; a writer
-    re-reading under its lock passes ``cached=False``.
+    re-reading under its lock passes ``cached=False``. ``dropped``: see :func:`parse_baseline_text` (never cached).
     """
     from pytest_gpuperf.baselines.strict_yaml import NotARegularFile, TooLarge, read_regular_file
 
@@ -262,6 +286,8 @@ def load_baseline_file(path: Path, cached: bool = True) -> BaselineFile | None:
     except OSError as exc:
         raise BaselineError(path, f"cannot be read ({exc})") from exc
     key = (str(Path(path).absolute()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if dropped is not None:
+        cached = False
     if cached and key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
@@ -269,7 +295,9 @@ def load_baseline_file(path: Path, cached: bool = True) -> BaselineFile | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BaselineError(path, f"cannot be read ({exc})") from exc
-    loaded = parse_baseline_text(path, text)
+    loaded = parse_baseline_text(path, text, dropped)
+    if dropped:
+        return loaded
     _CACHE[key] = loaded
     while len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -72,7 +72,7 @@ class FileBaselines:
             fingerprint = self.fingerprint(context)
             problem = None
             try:
-                loaded = self.loader()(path)
+                loaded = self._load(path)
                 if loaded is not None and identity(loaded.fingerprint) != identity(fingerprint):
                     raise BaselineError(
                         path,
@@ -87,6 +87,17 @@ class FileBaselines:
                 pytest.fail(problem, pytrace=False)  # outside the except: no "During handling of ..." echo
             self._files[path] = loaded
         return self._files[path]
+
+    def _load(self, path: Path) -> BaselineFile | None:
+        """The file through the loader; under ``--gpuperf-update`` the working tree's file is read for repair
+        (an entry the reader refuses is left out, and dropped when the file is written), so one bad entry never
+        blocks the update that replaces it."""
+        from pytest_gpuperf.baselines import load_baseline_file
+
+        loader = self.loader()
+        if self.settings.update and loader is load_baseline_file:
+            return load_baseline_file(path, dropped=[])
+        return loader(path)
 
     def entries(self, context: TestContext) -> Entries:
         """The test's recorded metrics in its baseline file (``{}`` when none)."""

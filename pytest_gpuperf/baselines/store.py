@@ -1,8 +1,8 @@
 """Writing baseline files: stable rendering, a cross-platform lock, atomic replacement.
 
-A writer takes an exclusive lock (``filelock``; its lock file lives in a folder only
-this user can enter, :func:`private_lock_dir`, never in ``baselines/`` where ``git add``
-would pick it up, never under a predictable name in the shared temp directory), re-reads
+A writer takes an exclusive lock (``filelock``; its lock file is ``.gpuperf.lock`` in the
+baselines folder itself, so two writers of one folder share it whatever their ``HOME``
+or ``XDG_*``, and a ``.gitignore`` there keeps it and temp files out of ``git add``), re-reads
 the file, replaces only the entries it was given, writes a temporary file in the
 same directory with the old file's permissions and renames it over the old one.
 So a crash never leaves half a file, concurrent pytest-xdist workers never lose
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import math
 import os
 import re
-import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,73 +117,49 @@ def render_baseline(baseline: BaselineFile) -> str:
             gc.enable()
 
 
-def _private_dir(path: Path) -> Path:
-    """``path`` as a directory only this user can enter (created ``0700``); OSError when it is not one."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise OSError(f"{path} is not a plain directory (a symlink or a file)")
-    if hasattr(os, "getuid"):
-        if info.st_uid != os.getuid():
-            raise OSError(f"{path} belongs to another user (uid {info.st_uid})")
-        if info.st_mode & 0o077:
-            os.chmod(path, 0o700)  # ours but open to others: close it
-    return path
-
-
-def private_lock_dir() -> Path:
-    """A directory for update locks that no other local user can enter (so none can hold or replace a lock).
-
-    ``$XDG_RUNTIME_DIR/pytest-gpuperf`` (the per-user runtime folder) when that folder is this user's and
-    private, else ``$XDG_CACHE_HOME/pytest-gpuperf/locks`` (``~/.cache`` by default). Never a predictable name
-    in the shared temp directory. Every process of this user writing the same baselines folder (xdist workers,
-    separate runs) computes the same directory, whatever pytest options it runs with.
-    """
-    candidates: list[tuple[Path, Path | None]] = []  # (lock folder, a folder that must already be ours)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_absolute():
-        candidates.append((Path(runtime) / "pytest-gpuperf", Path(runtime)))
-    cache = os.environ.get("XDG_CACHE_HOME")
-    cache_root = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
-    candidates.append((cache_root / "pytest-gpuperf" / "locks", None))
-    problems = []
-    for candidate, must_be_ours in candidates:
-        try:
-            if must_be_ours is not None:
-                _check_private(must_be_ours)
-            return _private_dir(candidate)
-        except OSError as exc:
-            problems.append(str(exc))
-    raise OSError(f"no private folder for the baselines update lock ({'; '.join(problems)})")
-
-
-def _check_private(path: Path) -> None:
-    """OSError unless ``path`` is a directory of this user that nobody else can enter."""
-    info = os.stat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise OSError(f"{path} is not a directory")
-    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o077):
-        raise OSError(f"{path} is not this user's private folder")
+#: The update lock: a file in the baselines folder itself, so every writer of one folder takes the same lock
+#: whatever its environment (``HOME``, ``XDG_*``), and a writable folder is all an update needs.
+LOCK_NAME = ".gpuperf.lock"
+#: What ``git add baselines/`` must never pick up: the lock and a killed writer's temporary files.
+IGNORED = (LOCK_NAME, ".*.tmp")
+_GITIGNORE_NOTE = "# written by pytest-gpuperf: its update lock and temporary files are never committed\n"
 
 
 def lock_path(directory: Path) -> Path:
-    """The lock file of a baselines directory: in :func:`private_lock_dir`, named after the directory's real path."""
-    key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:20]
-    return private_lock_dir() / f"{key}.lock"
+    """The lock file of a baselines directory: ``<directory>/.gpuperf.lock``."""
+    return directory / LOCK_NAME
+
+
+def ignore_own_files(directory: Path) -> None:
+    """Make ``git`` ignore the lock and temp files: a ``.gitignore`` in ``directory`` naming them (created or
+    completed; a line the user already has is not repeated)."""
+    path = directory / ".gitignore"
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError):
+        return  # an unreadable .gitignore is the user's; the lock still works
+    missing = [p for p in IGNORED if p not in text.splitlines()]
+    if not missing:
+        return
+    head = "" if text else _GITIGNORE_NOTE
+    sep = "" if not text or text.endswith("\n") else "\n"
+    with contextlib.suppress(OSError):
+        atomic_write_text(path, text + sep + head + "".join(f"{p}\n" for p in missing))
 
 
 @contextlib.contextmanager
 def directory_lock(directory: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
     """Exclusive lock on ``directory`` across threads and processes (xdist workers, separate runs), any OS.
 
-    The lock file lives in a folder only this user can enter; a symlink in its place is refused.
+    The lock file is :func:`lock_path` (``filelock``: ``flock`` on POSIX); a symlink in its place is refused.
     """
     from filelock import FileLock, Timeout
 
     path = lock_path(directory)
     if path.is_symlink():
         raise OSError(f"the update lock {path} is a symlink; refusing to follow it (remove it)")
-    lock = FileLock(str(path), timeout=timeout, mode=0o600)
+    ignore_own_files(directory)
+    lock = FileLock(str(path), timeout=timeout)
     try:
         lock.acquire()
     except Timeout as exc:
@@ -235,10 +209,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def check_entries(path: Path, entries: dict[str, dict[str, dict[str, Any]] | None]) -> None:
-    """Refuse (:class:`BaselineError`) to write any entry the reader would refuse."""
+    """Refuse (:class:`BaselineError`) to write any test id, metric name or entry the reader would refuse."""
+    from pytest_gpuperf.validate import MAX_TEST_ID, name_problem
+
     for test_id, metrics in sorted(entries.items()):
+        problem = name_problem(test_id, "test id", MAX_TEST_ID)
+        if problem:
+            raise BaselineError(path, f"refusing to record {problem}", hint="nothing was written")
         for name, entry in sorted((metrics or {}).items()):
-            problem = entry_problem(ordered_entry(entry))
+            problem = name_problem(name) or entry_problem(ordered_entry(entry))
             if problem:
                 raise BaselineError(
                     path,
@@ -262,7 +241,8 @@ def update_baseline_file(
     produces disappears); a test mapped to None is removed (its entries moved
     to a new id). Raises :class:`BaselineError`, writing nothing, when the
     existing file is malformed or an entry is invalid; the file is left as it
-    is (not even re-rendered) when nothing in it changes.
+    is (not even re-rendered) when nothing in it changes. An entry of the file that
+    the reader refuses is dropped (the file repaired) and named in the result's ``dropped``.
     """
     from pytest_gpuperf.baselines.schema import load_baseline_file
 
@@ -271,9 +251,10 @@ def update_baseline_file(
     path.parent.mkdir(parents=True, exist_ok=True)
     with directory_lock(path.parent):
         sweep_stale_temp_files(path.parent)
-        current = load_baseline_file(path, cached=False)  # fresh, under the lock
+        dropped: list[str] = []
+        current = load_baseline_file(path, cached=False, dropped=dropped)  # fresh, under the lock
         stored = dict(current.stored) if current is not None else {}
-        changed = current is None
+        changed = current is None or bool(dropped)
         for test_id, metrics in entries.items():
             if metrics is None:
                 changed = stored.pop(test_id, None) is not None or changed
@@ -283,7 +264,7 @@ def update_baseline_file(
             if new != old:
                 stored[test_id] = new
                 changed = True
-        result = BaselineFile(path=path, fingerprint=dict(fingerprint), tests=stored, stored=stored)
+        result = BaselineFile(path=path, fingerprint=dict(fingerprint), tests=stored, stored=stored, dropped=dropped)
         if changed:
             atomic_write_text(path, render_baseline(result))
         elif current is not None:

@@ -10,6 +10,10 @@ alias bomb (a few KB of ``&a [*b, *b, ...]``) expands to gigabytes. So the reade
 * refuses a mapping key that is not a plain scalar, and an integer of more than
   :data:`MAX_INT_DIGITS` digits (a 400-digit count is no measurement; a 5,000-digit one
   would fail inside Python's ``int()`` with no line);
+* refuses a list of more than :data:`MAX_LIST_ITEMS` items, a mapping of more than
+  :data:`MAX_MAPPING_ITEMS` keys and nesting deeper than :data:`MAX_DEPTH`, walking the events
+  before any node tree is built when the text could hold many nodes (an unknown field's
+  32 MiB list cost 152 s and 6 GB to compose);
 * reads a file only when it is a regular file (a FIFO or ``/dev/zero`` behind a
   symlink is refused at once, never read) and at most ``cap + 1`` bytes of it, whatever
   ``stat`` says.
@@ -24,8 +28,16 @@ import stat
 from pathlib import Path
 from typing import Any
 
-#: Longest integer read (a peak of 10^20 bytes has 21 digits).
-MAX_INT_DIGITS = 30
+from pytest_gpuperf.validate import MAX_INT_DIGITS  # the writer refuses the same (validate._scalar)
+
+#: Most items of one list (a baseline keeps ~30 samples; more is a broken or hostile file), of one mapping
+#: (the ``tests`` mapping of a large suite stays far below) and the deepest nesting read.
+MAX_LIST_ITEMS = 10_000
+MAX_MAPPING_ITEMS = 200_000
+MAX_DEPTH = 32
+#: Above this many possible nodes (commas, newlines, brackets) the text is walked event by event, with the
+#: limits above, before a node tree is composed: a 32 MiB list in an unknown field cost 152 s and 6 GB to compose.
+_EVENT_PASS_ABOVE = 200_000
 _INT_TAG = "tag:yaml.org,2002:int"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -110,6 +122,43 @@ def _refuse_anchors(text: str, loader_class: type) -> None:
         loader.dispose()
 
 
+def _possible_nodes(text: str) -> int:
+    """An upper bound of the nodes ``text`` can compose to, counted in C (each node needs one of these)."""
+    return sum(text.count(c) for c in (",", "\n", "[", "{")) + 1
+
+
+def _refuse_large_collections(text: str, loader_class: type) -> None:
+    """Walk the events of a text that could compose to many nodes; refuse an oversized list or mapping, or
+    nesting too deep, at its line, long before the rest is read."""
+    import yaml
+
+    loader = loader_class(text)
+    stack: list[list[Any]] = []  # [start event, items so far]
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if stack and not isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                stack[-1][1] += 1
+                start, items = stack[-1]
+                mapping = isinstance(start, yaml.MappingStartEvent)
+                limit = MAX_MAPPING_ITEMS * 2 if mapping else MAX_LIST_ITEMS  # a mapping counts keys and values
+                if items > limit:
+                    what = (
+                        f"a mapping of more than {MAX_MAPPING_ITEMS} keys"
+                        if mapping
+                        else (f"a list of more than {MAX_LIST_ITEMS} items")
+                    )
+                    raise StrictYamlError(f"{what} (a baseline holds no such thing)", start.start_mark.line + 1)
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([event, 0])
+                if len(stack) > MAX_DEPTH:
+                    raise StrictYamlError(f"nesting deeper than {MAX_DEPTH} levels", event.start_mark.line + 1)
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                stack.pop()
+    finally:
+        loader.dispose()
+
+
 def check_tree(root: Any) -> None:
     """Refuse repeated keys, merge keys, non-scalar keys and over-long integers anywhere under ``root``."""
     import yaml
@@ -168,6 +217,8 @@ def compose_strict(text: str) -> tuple[Any, Any]:
 
     loader_class = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
     _refuse_anchors(text, loader_class)
+    if _possible_nodes(text) > _EVENT_PASS_ABOVE:
+        _refuse_large_collections(text, loader_class)
     loader = loader_class(text)
     try:
         node = loader.get_single_node()

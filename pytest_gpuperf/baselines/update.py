@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ import pytest
 
 from pytest_gpuperf.baselines.policy import Decision, change_line, plan
 from pytest_gpuperf.commands import update_command
+from pytest_gpuperf.procs.lifetime import process_alive, process_start_time
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.schema import BaselineFile
@@ -159,6 +161,9 @@ class BaselineUpdater:
         self.looser: dict[str, list[str]] = {}
         self.unchanged_files: list[str] = []
         self.errors: list[str] = []
+        self.repaired: list[str] = []
+        #: The process that started this one and its start time: an xdist worker writes only while it lives.
+        self._parent = (os.getppid(), process_start_time(os.getppid()))
 
     def hold(
         self,
@@ -177,7 +182,11 @@ class BaselineUpdater:
         """
         from pytest_gpuperf.baselines.schema import entry_problem
         from pytest_gpuperf.baselines.store import ordered_entry
+        from pytest_gpuperf.validate import MAX_TEST_ID, name_problem
 
+        problem = name_problem(node_id, "test id", MAX_TEST_ID)
+        if problem:  # the reader would refuse the whole file: this test fails, the others are recorded
+            raise ValueError(f"this test cannot be recorded as a baseline: {problem}")
         for name, entry in entries_for([v.metric for v in verdicts]).items():
             problem = entry_problem(ordered_entry(entry))
             if problem:
@@ -275,23 +284,39 @@ class BaselineUpdater:
 
         if session.config.hook.pytest_gpuperf_write_baselines(config=session.config) is False:
             self.committed.clear()  # a feature vetoed it (ranks other than 0 of an outer launch)
+        cancelled = self._cancelled(session)
+        if cancelled and any(tests for _, tests in self.committed.values()):
+            self.errors.append(f"baselines not recorded: {cancelled}; nothing was written")
+            self.committed.clear()
         for path, (fingerprint, tests) in sorted(self.committed.items()):
             if not tests:
                 continue
             try:
                 before = path.read_bytes() if path.exists() else None
-                update_baseline_file(path, fingerprint, tests)
+                result = update_baseline_file(path, fingerprint, tests)
             except (BaselineError, OSError) as exc:
                 self.errors.append(f"baselines not recorded: {exc}")
                 self.written.pop(str(path), None)
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             else:
+                self.repaired += [f"dropped an entry the reader refuses: {problem}" for problem in result.dropped]
                 if before is not None and path.read_bytes() == before:
                     self.unchanged_files.append(str(path))
         self.committed.clear()
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller prints the summary
             workeroutput["gpuperf_baselines"] = self.summary()
+
+    def _cancelled(self, session: pytest.Session) -> str | None:
+        """Why this update must write nothing: the user interrupted it, or (an xdist worker) its controller is
+        gone (killed with SIGTERM or ``kill -9``: the user cancelled the run)."""
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "the update was interrupted"
+        if getattr(session.config, "workerinput", None) is not None:
+            parent, started = self._parent
+            if os.getppid() != parent or not process_alive(parent, started):
+                return "the xdist controller of this worker is gone (the run was cancelled)"
+        return None
 
     def summary(self) -> dict[str, Any]:
         """What this process wrote, kept and refused (JSON-able, merged across xdist workers)."""
@@ -302,4 +327,5 @@ class BaselineUpdater:
             "unchanged_files": self.unchanged_files,
             "not_recorded": self.not_recorded,
             "errors": self.errors,
+            "repaired": self.repaired,
         }

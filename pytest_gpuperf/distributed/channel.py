@@ -9,8 +9,9 @@ HMAC-SHA256 challenge-response on raw bytes (``recv_bytes`` with a 256-byte cap,
   runs every handshake at once, each against its own deadline (a peer that connects and
   stalls, or a flood of them, cannot block the others or fail a pool start), and hands
   out authenticated connections only; rejected peers are counted in ``rejected``.
-* :func:`connect` (worker): connects and authenticates; raises :class:`AuthenticationError`
-  when the listener cannot prove it holds the key either.
+* :func:`connect` (worker): connects and authenticates, retrying a handshake a flood cut off
+  (with a growing pause, for a bounded time); raises :class:`AuthenticationError` at once
+  when the listener cannot prove it holds the key.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class AuthenticationError(ConnectionError):
     """The peer did not prove it holds the pool's key."""
 
 
+class HandshakeBroken(AuthenticationError):
+    """The handshake was cut off or never answered (a flood pushed it out of the listener): worth a retry."""
+
+
 def new_key() -> bytes:
     """A fresh random secret for one pool."""
     return os.urandom(32)
@@ -56,8 +61,11 @@ def _proof(key: bytes, role: bytes, challenge: bytes) -> bytes:
 def _recv_raw(conn: Connection, timeout: float) -> bytes:
     """At most 256 raw bytes within ``timeout`` (never unpickled)."""
     if not conn.poll(timeout):
-        raise AuthenticationError(f"no handshake message within {timeout:g} s")
-    return conn.recv_bytes(MAX_HANDSHAKE_MESSAGE)
+        raise HandshakeBroken(f"no handshake message within {timeout:g} s")
+    try:
+        return conn.recv_bytes(MAX_HANDSHAKE_MESSAGE)
+    except EOFError as exc:
+        raise HandshakeBroken("the peer closed the connection during the handshake") from exc
 
 
 def server_handshake(conn: Connection, key: bytes, timeout: float = HANDSHAKE_SECONDS) -> None:
@@ -82,8 +90,34 @@ def client_handshake(conn: Connection, key: bytes, timeout: float = HANDSHAKE_SE
         raise AuthenticationError("the listener's proof of the pool key is wrong")
 
 
+#: First pause between two connection attempts (doubled up to :data:`RETRY_MAX_PAUSE`).
+RETRY_FIRST_PAUSE = 0.05
+RETRY_MAX_PAUSE = 1.0
+
+
 def connect(address: str, key: bytes, timeout: float = 60.0) -> Connection:
-    """Connect to ``host:port`` and authenticate both ways; the connection is then safe for pickles."""
+    """Connect to ``host:port`` and authenticate both ways; the connection is then safe for pickles.
+
+    A refused connection or a handshake cut off (another local user's flood pushed it out of the listener's
+    pending handshakes) is retried with a growing pause until ``timeout`` seconds have passed; a listener that
+    proves it does not hold the key is refused at once.
+    """
+    deadline = time.monotonic() + timeout
+    pause = RETRY_FIRST_PAUSE
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return _connect_once(address, key, max(0.1, min(left, HANDSHAKE_SECONDS)))
+        except (HandshakeBroken, OSError) as exc:
+            if isinstance(exc, AuthenticationError) and not isinstance(exc, HandshakeBroken):
+                raise
+            if time.monotonic() + pause >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_PAUSE)
+
+
+def _connect_once(address: str, key: bytes, timeout: float) -> Connection:
     host, _, port = address.rpartition(":")
     sock = socket.create_connection((host, int(port)), timeout=timeout)
     sock.settimeout(None)
@@ -217,8 +251,9 @@ class AuthListener:
         pending = _Pending(sock, challenge, time.monotonic() + self.handshake_timeout)
         self._pending[sock.fileno()] = pending
         selector.register(sock, selectors.EVENT_READ, sock.fileno())
-        while len(self._pending) > self.max_pending:
-            self._drop(selector, next(iter(self._pending)))
+        while len(self._pending) > self.max_pending:  # the oldest silent one goes: a worker mid-answer stays
+            silent = next((fd for fd, p in self._pending.items() if not p.received), None)
+            self._drop(selector, silent if silent is not None else next(iter(self._pending)))
 
     def _read(self, selector: selectors.BaseSelector, fd: int) -> None:
         pending = self._pending.get(fd)

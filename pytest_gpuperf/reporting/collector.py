@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from pytest_gpuperf.baselines.diff import ref_changes
 from pytest_gpuperf.keys import SESSION_KEY
+from pytest_gpuperf.reporting.files import append_report, write_report
 from pytest_gpuperf.settings import get_option
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ class ReportCollector:
         self.config = config
         self._records: dict[str, TestRecord] = {}
         self.lines: list[str] = []
+        #: Reports that could not be written (a full disk, a folder in the way): one line each, in red.
+        self.errors: list[str] = []
         self.baseline_ref: dict[str, Any] | None = None
 
     @property
@@ -134,8 +138,7 @@ class ReportCollector:
         if json_path == STDOUT:
             _to_stdout(self.config, json_text(document))
             self.lines.append(f"JSON report: written to stdout ({len(document['benchmarks'])} benchmarks)")
-        elif json_path is not None:
-            write_json(json_path, document)
+        elif json_path is not None and self._written(json_path, lambda: write_json(json_path, document)):
             self.lines.append(f"JSON report: {self._display(json_path)} ({len(document['benchmarks'])} benchmarks)")
         self._write_markdown(document, records, [s.markdown for s in sections if s.markdown], md_path)
 
@@ -154,14 +157,21 @@ class ReportCollector:
         if md_path == STDOUT:
             _to_stdout(self.config, text)
             self.lines.append("Markdown summary: written to stdout")
-        elif md_path is not None:
-            md_path.parent.mkdir(parents=True, exist_ok=True)
-            md_path.write_text(text, encoding="utf-8")
+        elif md_path is not None and self._written(md_path, lambda: write_report(md_path, text)):
             self.lines.append(f"Markdown summary: {self._display(md_path)}")
-        if summary_path:
-            with open(summary_path, "a", encoding="utf-8") as handle:
-                handle.write(text + "\n")
+        if summary_path and self._written(Path(summary_path), lambda: append_report(Path(summary_path), text + "\n")):
             self.lines.append(f"Markdown summary appended to $GITHUB_STEP_SUMMARY ({summary_path})")
+
+    def _written(self, path: Path, write: Callable[[], None]) -> bool:
+        """Run ``write``; an OSError (a full disk, a folder in the way) becomes one line of the summary, not a
+        traceback that loses the others; the run's exit status stays pytest's."""
+        try:
+            write()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            self.errors.append(f"pytest-gpuperf: could not write {self._display(path)}: {reason}; nothing written")
+            return False
+        return True
 
     def _write_plots(self, records: list[TestRecord], directory: Path, root: Path) -> list[str]:
         from pytest_gpuperf.reporting.plot import PlotUnavailable, write_rooflines
@@ -196,7 +206,9 @@ class ReportCollector:
                 flag = "  [LOOSENS THE GATE]" if change["loosens"] else ""
                 head = f"{change['change']} {where}".strip()
                 tr.write_line(f"{change['file']}: {head}: {change['detail']}{flag}")
-        if self.lines:
+        if self.lines or self.errors:
             tr.write_sep("-", "gpuperf reports")
             for line in self.lines:
                 tr.write_line(line)
+            for line in self.errors:
+                tr.write_line(line, red=True, bold=True)

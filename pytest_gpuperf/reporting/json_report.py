@@ -217,9 +217,10 @@ def json_text(document: dict[str, Any]) -> str:
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` (parent folders created; non-finite floats as null)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json_text(document), encoding="utf-8")
+    """Write ``document`` to ``path`` atomically (parent folders created; non-finite floats as null)."""
+    from pytest_gpuperf.reporting.files import write_report
+
+    write_report(path, json_text(document))
 
 
 def _finite(value: Any) -> Any:

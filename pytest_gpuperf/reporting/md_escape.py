@@ -18,8 +18,14 @@ _PUNCTUATION = set("!#$()*.:@[\\]_`|~")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
+#: Invisible characters that reorder or hide text (zero-width, bidi marks, embeddings, overrides, isolates, BOM):
+#: raw, a test id could read as another inside a code span; each is shown as a visible ``\uXXXX`` instead.
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
 def _one_line(value: Any) -> str:
-    return re.sub(r"[\r\n\t\f\v]+", " ", str(value))
+    flat = re.sub(r"[\r\n\t\f\v]+", " ", str(value))
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", flat)
 
 
 def text(value: Any) -> str:

@@ -8,6 +8,8 @@
 * on the host CPU the workers would time on the same cores: with more than one worker, each times its steps (and
   its fresh processes theirs) under the run's CPU lock (:mod:`pytest_gpuperf.procs.cpu_lock`), one at a time, and
   the summary says so once.
+* a worker whose controller is gone (killed: SIGTERM, ``kill -9``) exits within a second, before it writes
+  anything: a cancelled ``--gpuperf-update`` must not land, and no worker may outlive its run.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         from pytest_gpuperf.workers.gpus import cuda_already_initialised, pin_worker
 
+        watch_controller()
         gpu = pin_worker()
         if gpu is not None and cuda_already_initialised():
             raise pytest.UsageError(
@@ -117,6 +120,31 @@ def pytest_gpuperf_report_sections(item: pytest.Item) -> list[ReportSection] | N
     from pytest_gpuperf.procs.cpu_lock import workers
 
     return [ReportSection("workers", properties=((SERIALISED_PROPERTY, str(workers())),), junit=False)]
+#: Seconds between two looks at the controller from an xdist worker.
+CONTROLLER_POLL = 0.25
+
+
+def watch_controller(poll: float = CONTROLLER_POLL) -> None:
+    """Exit this xdist worker at once when its controller (the process that started it) is gone.
+
+    A worker used to outlive a killed controller by 5-20 s, finish its tests and write the baselines of an update
+    the user had cancelled. A daemon thread compares the parent with the one at start (a dead parent reparents
+    the worker); the worker then leaves with ``os._exit`` (its guarded children follow it, ``procs.guard``).
+    """
+    import threading
+    import time
+
+    from pytest_gpuperf.procs.lifetime import process_alive, process_start_time
+
+    parent = os.getppid()
+    started = process_start_time(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent and process_alive(parent, started):
+            time.sleep(poll)
+        os._exit(int(pytest.ExitCode.INTERRUPTED))
+
+    threading.Thread(target=watch, name="gpuperf-controller-watch", daemon=True).start()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
