@@ -133,16 +133,18 @@ def _on_command_line(config: pytest.Config, key: str, option: Any) -> bool:
 
 
 def ini_changes(config: pytest.Config, ref: GitRef) -> tuple[list[BaselineChange], dict[str, float]]:
-    """This run's ini tolerances that are looser than REF's, and REF's values (for the per-test comparison)."""
+    """This run's ini tolerances that are looser than REF's, and REF's values (for the per-test comparison; a key
+    given on this run's command line keeps this run's value there)."""
     from pytest_gpuperf.settings import get_option
 
     label, at_ref = ref_ini(ref, config.rootpath)
     where = ref.relative(config.inipath) if config.inipath is not None else label
     changes = []
     for key, option in tolerance_keys().items():
-        if _on_command_line(config, key, option):
-            continue
         now = float(get_option(config, key))
+        if _on_command_line(config, key, option):
+            at_ref[key] = now  # the caller's choice applies to REF's tests as well
+            continue
         if now > at_ref[key]:
             detail = f"{key} {at_ref[key]:g} at {ref.ref} ({label}) -> {now:g} in this run: accepts larger changes"
             changes.append(BaselineChange(where, "tolerance loosened", None, key, at_ref[key], now, True, detail))
@@ -215,9 +217,10 @@ def implied(marker: dict[str, Any], verdict: dict[str, Any], backend: str, ini: 
     elif kind == "host":
         order, default = ("host_tolerance",), ini.get("gpuperf_host_tolerance", 0.25)
     else:
-        host_cpu = backend == "cpu" or "calibration" in (verdict.get("extra") or {})
+        timed = kind in ("time", "throughput")
+        host_cpu = timed and (backend == "cpu" or "calibration" in (verdict.get("extra") or {}))
         default = ini.get("gpuperf_cpu_time_tolerance" if host_cpu else "gpuperf_time_tolerance", 0.05)
-        order = ("time_tolerance", "tolerance") if kind in ("time", "throughput") else ("tolerance",)
+        order = ("time_tolerance", "tolerance") if timed else ("tolerance",)
     for key in order:
         number = _per_backend(marker.get(key), backend)
         if number is not None:
