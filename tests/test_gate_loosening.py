@@ -244,7 +244,7 @@ def test_a_pr_that_raises_its_own_tolerances_is_listed_and_fails_under_strict(
     pytester.makeini("[pytest]\naddopts = -q -o gpuperf_time_tolerance=1000\n")
     pytester.makepyfile(test_rec=RECORD.format(values={"a": 20.0, "b": 20.0}, marker="tolerance=1e308"))
     args = ["--gpuperf", *fast_args, "--gpuperf-baseline-ref", "main", "--gpuperf-json", "r.json"]
-    result = pytester.runpytest(*args, "--gpuperf-strict")
+    result = pytester.runpytest(*args, "--gpuperf-markdown", "r.md", "--gpuperf-strict")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
@@ -264,6 +264,8 @@ def test_a_pr_that_raises_its_own_tolerances_is_listed_and_fails_under_strict(
         ("script.latency", 0.1, 1e308),
     }
     assert all(c["loosens"] for c in looser)
+    markdown = (pytester.path / "r.md").read_text()
+    assert "tolerance loosened :warning:" in markdown and "2 change(s) loosen the gate" in markdown
     # The same tolerances given on the job's own command line are the caller's, not the PR's.
     pytester.makeini("[pytest]\naddopts = -q\n")
     pytester.makepyfile(test_rec=RECORD.format(values={"a": 1.0, "b": 1.0}, marker="tolerance=0.1"))
