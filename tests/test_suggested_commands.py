@@ -56,7 +56,10 @@ def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replac
     # unchanged runs: three processes of this tiny step can differ by more than 25% on a loaded CI machine).
     fixed = pytester.runpytest(*unchanged_args, *command)  # the old entry would have been kept otherwise
     fixed.assert_outcomes(passed=1)
-    fixed.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"*{GLOB} step.time: *its recorded spread*"])
+    # Replaced as undecidable, or (a 99% spread is within the 4x tolerance of unchanged runs) as recorded from more
+    # processes than the entry: either way by the suggested command.
+    fixed.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"*{GLOB} step.time: *"])
+    assert "its recorded spread" in fixed.stdout.str() or "recorded from 3 processes (was 1)" in fixed.stdout.str()
     assert entry(pytester)[2]["process_spread"] < 0.99
     again = pytester.runpytest("--gpuperf", *unchanged_args)
     again.assert_outcomes(passed=1)

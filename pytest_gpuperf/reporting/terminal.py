@@ -187,7 +187,8 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
     if pinned:  # every host-CPU time verdict judged against a calibration that was not measured
         tr.write_line(
             f"note: the host calibration is pinned by {', '.join(pinned)}: host-CPU times are judged against a fixed "
-            "machine speed, so a baseline recorded elsewhere reads inconclusive; unset it to judge this runner",
+            "machine speed, and a baseline stored with another calibration is not judged; unset it to judge this "
+            "runner",
             yellow=True,
         )
     for node_id, _, verdicts in reported:  # why the machine could not decide, and what would
