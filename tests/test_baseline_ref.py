@@ -167,7 +167,7 @@ def test_diff_marks_what_loosens_the_gate_in_each_metrics_direction() -> None:
         ({"value": 1.0, "better": "lower", "kind": "custom"}, True),  # kind changed
         ({"value": 1.0, "better": "lower", "kind": "time", "samples": [float("nan")] * 3}, True),
         ({"value": 1.0, "better": "lower", "kind": "time", "samples": [2.0, 2.1, 2.2]}, True),  # slower samples
-        ({"value": 1.0, "better": "lower", "kind": "time", "samples": [0.5, 0.6, 0.7]}, False),  # faster samples
+        ({"value": 1.0, "better": "lower", "kind": "time", "samples": [0.9, 0.95, 1.0]}, False),  # faster samples
         ({"value": 0.9, "better": "lower", "kind": "time", "samples": [1.0, 1.1, 1.2]}, False),  # tighter value
     ],
 )

@@ -115,7 +115,7 @@ def test_every_evidence_field_refuses_what_would_switch_a_check_off(tmp_path: Pa
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("process_spread", "11", "process_spread must be <= 10"),
+        ("process_spread", "11", "process_spread must be <= 1"),
         ("sm_clock_mhz", "0", "sm_clock_mhz must be > 0"),
         ("sm_clock_mhz", "1000000000", "sm_clock_mhz must be <= 100000"),
         ("processes", "0", "processes must be a whole number >= 1"),
@@ -185,7 +185,9 @@ BEFORE = {"value": 1.0, "better": "lower", "kind": "time", "samples": [1.0, 1.1,
         ({**BEFORE, "calibration_spread": 0.02}, {**BEFORE, "calibration_spread": 5.0}, ["calibration_spread"]),
         (BEFORE, {**BEFORE, "process_spread": float("inf")}, ["entry"]),  # refused by the reader
         (BEFORE, {**BEFORE, "better": "higher"}, ["better"]),
-        (BEFORE, {**BEFORE, "value": 2.0}, ["value"]),
+        (BEFORE, {**BEFORE, "value": 2.0, "samples": [2.0, 2.2, 2.4]}, ["value", "samples"]),
+        (BEFORE, {**BEFORE, "value": 2.0}, ["entry"]),  # samples that disagree with the value: refused
+        (BEFORE, {**BEFORE, "method": "wall"}, ["method"]),  # another clock than the calibration was taken with
     ],
 )
 def test_an_edit_that_loosens_any_evidence_field_is_named(before: dict, after: dict, fields: list[str]) -> None:
@@ -310,7 +312,7 @@ def test_the_ref_diff_lists_a_larger_process_spread_and_another_clock_as_looseni
     path = _recorded(pytester, fast_args)
     git(pytester.path, "add", "-A")
     git(pytester.path, "commit", "-q", "-m", "baselines")
-    _edit_step_time(path, process_spread=5.0, sm_clock_mhz=900)
+    _edit_step_time(path, process_spread=0.9, sm_clock_mhz=900)
     result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-baseline-ref", "main")
     result.stdout.fnmatch_lines(
         ["*step.time*loosened by: sm_clock_mhz, process_spread*[[]LOOSENS THE GATE[]]*"], consecutive=False

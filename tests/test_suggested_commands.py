@@ -40,13 +40,13 @@ def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replac
     pytester.makepyfile(test_step=STEP.format(work=1))
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
     path, doc, stored = entry(pytester)
-    stored["process_spread"] = 9.0  # as if the recording's processes had differed 10x on a busy runner
+    stored["process_spread"] = 0.99  # as if the recording's processes had differed 2x on a busy runner
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     result = pytester.runpytest("--gpuperf", *fast_args)
     result.assert_outcomes(passed=1)
     output = result.stdout.str()
-    assert "inconclusive" in output and "spread between processes is 900% here" in output
+    assert "inconclusive" in output and "spread between processes is 99% here" in output
     result.stdout.fnmatch_lines(["test_step.py:*", "*GpuperfWarning: *spread between processes*"])  # the test's place
     assert "session.py" not in output
     command = suggested(output)
@@ -56,8 +56,11 @@ def test_an_entry_too_noisy_to_decide_says_so_and_the_command_it_suggests_replac
     # unchanged runs: three processes of this tiny step can differ by more than 25% on a loaded CI machine).
     fixed = pytester.runpytest(*unchanged_args, *command)  # the old entry would have been kept otherwise
     fixed.assert_outcomes(passed=1)
-    fixed.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"*{GLOB} step.time: *its recorded spread*"])
-    assert entry(pytester)[2]["process_spread"] < 9.0
+    # Replaced as undecidable, or (a 99% spread is within the 4x tolerance of unchanged runs) as recorded from more
+    # processes than the entry: either way by the suggested command.
+    fixed.stdout.fnmatch_lines(["*1 judged entr(ies) moved (old -> new):", f"*{GLOB} step.time: *"])
+    assert "its recorded spread" in fixed.stdout.str() or "recorded from 3 processes (was 1)" in fixed.stdout.str()
+    assert entry(pytester)[2]["process_spread"] < 0.99
     again = pytester.runpytest("--gpuperf", *unchanged_args)
     again.assert_outcomes(passed=1)
     assert "inconclusive" not in again.stdout.str()

@@ -43,16 +43,16 @@ def test_a_slowdown_within_the_recorded_spread_between_processes_is_inconclusive
     pytester.makepyfile(test_step=STEP.format(work=1))
     pytester.runpytest("--gpuperf-update", *fast_args).assert_outcomes(passed=1)
     path, doc = baseline(pytester)
-    doc["tests"][NODE]["step.time"]["process_spread"] = 9.0  # as if processes had differed 10x on this runner
+    doc["tests"][NODE]["step.time"]["process_spread"] = 0.99  # as if processes had differed 2x on this runner
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    # 3x the work: past 25%, within 900% + 25% (a loaded CI machine read 4x the work as +1061% once: out of that band)
-    pytester.makepyfile(test_step=STEP.format(work=3))
+    # The same work: any reading within 99% + 25% of it is no evidence either way (an "unchanged" run may be a
+    # slower step in a fast process); the reader refuses spreads over 100%, so no wider band excuses more.
     result = pytester.runpytest("--gpuperf", *fast_args, "--gpuperf-json", "r.json", "--junitxml", "j.xml")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*GpuperfWarning*spread between processes is 900% here; a 25% tolerance cannot be judged*",
-            "*inconclusive (this test's spread between processes is 900% here)*",  # the table row: its first clause
+            "*GpuperfWarning*spread between processes is 99% here; a 25% tolerance cannot be judged*",
+            "*inconclusive (this test's spread between processes is 99% here)*",  # the table row: its first clause
         ]
     )
     assert result.stdout.str().count("a 25% tolerance cannot be judged") == 1  # the full reason once: the warning

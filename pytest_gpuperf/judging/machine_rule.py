@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_gpuperf.timing.calibration import KERNEL
+from pytest_gpuperf.timing.calibration import KERNEL, PIN_ENV, THREAD_METHODS
 from pytest_gpuperf.validate import number_or_none
 
 #: Least relative difference that means another machine, on top of the recorded and measured spreads.
@@ -41,11 +41,15 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None, toleranc
 
     None also when either side carries no calibration (a GPU timing, a baseline recorded before
     calibrations were stored: see :func:`missing_note`). ``tolerance`` (the metric's) caps the band (:func:`band`).
+    A wall-clock calibration that is off while the thread clock's (``calibration_other``) matches the entry is a
+    busy machine or an entry whose ``method`` names another clock than its calibration was taken with (an edit):
+    never "another machine", and still not judged. A pinned calibration (``calibration_pinned``) is named.
     """
     ratio = calibration_ratio(extra, entry)
     if ratio is None:
         return None
-    run, base = float(extra["calibration"]), float((entry or {})["calibration"])
+    base = float((entry or {})["calibration"])
+    run = ratio * base
     allowed = band(
         number_or_none((entry or {}).get("calibration_spread")) or 0.0,
         number_or_none(extra.get("calibration_spread")) or 0.0,
@@ -54,9 +58,30 @@ def machine_change(extra: dict[str, Any], entry: dict[str, Any] | None, toleranc
     if 1.0 / (1.0 + allowed) <= ratio <= 1.0 + allowed:
         return None
     speed = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    numbers = f"{run * 1e6:.3g} vs {base * 1e6:.3g} us per call; the same machine stays within {allowed:.0%}"
+    pinned = extra.get("calibration_pinned")
+    if pinned:
+        return (
+            f"this run's calibration is pinned by {pinned}, {speed} than the one stored with the baseline "
+            f"({numbers}), so its times are not judged: unset {PIN_ENV} to judge host-CPU times"
+        )
+    other = number_or_none(extra.get("calibration_other"))
+    if (
+        str(extra.get("method", "")) not in THREAD_METHODS
+        and other
+        and 1.0 / (1.0 + allowed) <= other / base <= 1.0 + allowed
+    ):
+        method = (entry or {}).get("method", "?")
+        return (
+            f"this run's wall-clock calibration ({KERNEL}) ran {speed} than the baseline's ({numbers}) while its "
+            f"thread-CPU calibration matches it: the same machine, but the entry (method {method!r}) is timed by "
+            "the wall clock, which counts other jobs' time on a busy machine, or its method was edited after it "
+            "was recorded (--gpuperf-baseline-ref lists that); its times are not judged: run it on a quiet "
+            "machine, or re-record with --gpuperf-update"
+        )
     return (
         f"this machine's calibration ({KERNEL}) ran {speed} than on the machine that recorded the baseline "
-        f"({run * 1e6:.3g} vs {base * 1e6:.3g} us per call; the same machine stays within {allowed:.0%}): another "
+        f"({numbers}): another "
         "machine, or this one in another speed state, so its times are not judged against this baseline (never "
         "rescaled); compare on this runner with --gpuperf-ab REF, or re-record here with --gpuperf-update"
     )
@@ -76,9 +101,20 @@ def missing_note(extra: dict[str, Any], entry: dict[str, Any] | None) -> str | N
     )
 
 
+def _run_calibration(extra: dict[str, Any], entry: dict[str, Any] | None) -> float | None:
+    """This run's calibration under the clock the entry's ``method`` names: a run timed by another clock than the
+    entry (a step that blocks now) compares its other clock's calibration, never a wall one with a thread one."""
+    own, other = number_or_none(extra.get("calibration")), number_or_none(extra.get("calibration_other"))
+    stored = (entry or {}).get("method")
+    if other and isinstance(stored, str) and "method" in extra:
+        if (stored in THREAD_METHODS) != (str(extra["method"]) in THREAD_METHODS):
+            return other
+    return own
+
+
 def calibration_ratio(extra: dict[str, Any], entry: dict[str, Any] | None) -> float | None:
     """This run's calibration over the entry's, or None when either side carries none (a GPU timing, an old file)."""
-    run, base = number_or_none(extra.get("calibration")), number_or_none((entry or {}).get("calibration"))
+    run, base = _run_calibration(extra, entry), number_or_none((entry or {}).get("calibration"))
     if not run or not base or run <= 0 or base <= 0:
         return None
     return run / base

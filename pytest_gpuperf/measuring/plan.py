@@ -62,13 +62,19 @@ class MeasurePlan:
         return replace(self, calibration=calibration)
 
 
+#: The ``method`` values a CUDA timing stores, and those a host-CPU timing stores: an entry's method is followed
+#: only by a clock it can name (a ``cuda_graph`` entry never switches a CPU run to the wall clock).
+GPU_METHODS = ("cuda_graph", "events", "cupti")
+CPU_METHODS = ("thread_cpu", "wall", "events")
+
+
 def timed_like(entry: dict[str, Any] | None, config: MeasureConfig) -> MeasureConfig:
     """``config`` with the entry's timing method where the settings leave it to ``auto`` (and no L2 flush)."""
     if entry and "method" in entry and not config.l2_flush:
         method = str(entry["method"])
-        if config.cuda_graph == "auto":
+        if config.cuda_graph == "auto" and method in GPU_METHODS:
             config = replace(config, cuda_graph="on" if method == "cuda_graph" else "off")
-        if config.cpu_clock == "auto":
+        if config.cpu_clock == "auto" and method in CPU_METHODS:
             thread = method == "thread_cpu"
             # a step that now waits leaves the baseline's thread clock for the wall clock (added waiting counts)
             config = replace(config, cpu_clock="thread" if thread else "wall", wall_when_waiting=thread)

@@ -116,9 +116,9 @@ class ReportCollector:
 
         records = self.records
         self.baseline_ref = ref_changes(self.config)
-        json_path, md_path, plot_dir = (
-            self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "gpuperf_plot")
-        )
+        if self.baseline_ref is not None:
+            self._judge_tolerances(session, records)
+        json_path, md_path, plot_dir = (self._path(f) for f in ("--gpuperf-json", "--gpuperf-markdown", "gpuperf_plot"))
         artifacts: dict[str, Any] = {}
         if plot_dir is not None:
             artifacts["plots"] = self._write_plots(records, plot_dir, self.config.rootpath)
@@ -172,6 +172,22 @@ class ReportCollector:
             self.errors.append(f"pytest-gpuperf: could not write {self._display(path)}: {reason}; nothing written")
             return False
         return True
+
+    def _judge_tolerances(self, session: pytest.Session, records: list[TestRecord]) -> None:
+        """The run's tolerances against the ref's (listed with the baseline changes); ``--gpuperf-strict`` fails
+        the run on a looser one, since the ref keeps a PR from loosening the gate it is judged by."""
+        from pytest_gpuperf.baselines.tolerance_ref import ref_tolerance_changes
+
+        assert self.baseline_ref is not None
+        tests = [(r.nodeid, str(r.fingerprint.get("backend", "")), r.verdicts) for r in records]
+        looser = ref_tolerance_changes(self.config, tests)
+        self.baseline_ref["changes"] += looser
+        if looser and get_option(self.config, "--gpuperf-strict"):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.lines.append(
+                f"--gpuperf-strict: {len(looser)} tolerance(s) looser than at {self.baseline_ref['ref']} "
+                "(listed under the baseline changes): the run fails"
+            )
 
     def _write_plots(self, records: list[TestRecord], directory: Path, root: Path) -> list[str]:
         from pytest_gpuperf.reporting.plot import PlotUnavailable, write_rooflines

@@ -53,14 +53,25 @@ class Calibration:
     wall_spread: float
     #: Wall seconds the calibration took.
     cost: float
+    #: The :data:`PIN_ENV` setting this calibration was read from ("" when measured).
+    pinned: str = ""
 
-    def facts(self, method: str) -> dict[str, float]:
-        """The fields a timing metric timed with ``method`` carries (the calibration under the same clock)."""
+    def facts(self, method: str) -> dict[str, float | str]:
+        """The fields a timing metric timed with ``method`` carries: the calibration under the same clock (stored
+        with a recording), the other clock's (``calibration_other``, never stored: the machine rule tells a busy
+        machine from another one by it) and, when pinned, ``calibration_pinned`` (the setting, named in verdicts)."""
         if method in THREAD_METHODS:
-            value, spread = self.thread, self.thread_spread
+            value, spread, other = self.thread, self.thread_spread, self.wall
         else:
-            value, spread = self.wall, self.wall_spread
-        return {"calibration": float(f"{value:.4g}"), "calibration_spread": round(spread, 3)}
+            value, spread, other = self.wall, self.wall_spread, self.thread
+        facts: dict[str, float | str] = {
+            "calibration": float(f"{value:.4g}"),
+            "calibration_spread": round(spread, 3),
+            "calibration_other": float(f"{other:.4g}"),
+        }
+        if self.pinned:
+            facts["calibration_pinned"] = f"{PIN_ENV}={self.pinned}"
+        return facts
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -119,7 +130,7 @@ def host_calibration() -> Calibration:
         raise ValueError(
             f"{PIN_ENV}={pinned!r}: expected a positive, finite number of seconds per calibration call, e.g. 3e-05"
         ) from None
-    return Calibration(value, 0.01, value, 0.01, 0.0)
+    return Calibration(value, 0.01, value, 0.01, 0.0, pinned=pinned)
 
 
 _process: list[Calibration | None] = [None]
@@ -147,6 +158,12 @@ def set_enabled(enabled: bool) -> None:
 def set_process_calibration(calibration: Calibration | None) -> None:
     """Replace this process's calibration (tests inject one; None measures again on the next use)."""
     _process[0] = calibration
+
+
+def pinned_setting() -> str | None:
+    """``GPUPERF_PIN_CALIBRATION=<value>`` when this process's calibration is pinned, else None (never measures)."""
+    current = _process[0]
+    return f"{PIN_ENV}={current.pinned}" if current is not None and current.pinned else None
 
 
 def measured() -> Calibration | None:
