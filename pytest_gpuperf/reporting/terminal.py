@@ -176,6 +176,20 @@ def warnings_shown(config: Any) -> bool:
     return config.pluginmanager.has_plugin("warnings") and not disabled
 
 
+def _write_pinned(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]]) -> None:
+    """Once per run: the host calibration was pinned, so host-CPU times were judged against a fixed speed."""
+    pinned = sorted(
+        {str(p) for _, _, vs in reported for v in vs if (p := (v.get("extra") or {}).get("calibration_pinned"))}
+    )
+    if pinned:  # every host-CPU time verdict judged against a calibration that was not measured
+        tr.write_line(
+            f"note: the host calibration is pinned by {', '.join(pinned)}: host-CPU times are judged against a fixed "
+            "machine speed, and a baseline stored with another calibration is not judged; unset it to judge this "
+            "runner",
+            yellow=True,
+        )
+
+
 def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], verbose: bool) -> None:
     """What to do about the run: budgets, software changes, the commands that record new or faster tests.
 
@@ -199,16 +213,7 @@ def _write_notes(tr: Any, reported: list[tuple[str, dict[str, Any], list[dict[st
             improved.append(node_id)
         if any((v.get("extra") or {}).get("budget_exhausted") for v in verdicts):
             budget.append(node_id)
-    pinned = sorted(
-        {str(p) for _, _, vs in reported for v in vs if (p := (v.get("extra") or {}).get("calibration_pinned"))}
-    )
-    if pinned:  # every host-CPU time verdict judged against a calibration that was not measured
-        tr.write_line(
-            f"note: the host calibration is pinned by {', '.join(pinned)}: host-CPU times are judged against a fixed "
-            "machine speed, and a baseline stored with another calibration is not judged; unset it to judge this "
-            "runner",
-            yellow=True,
-        )
+    _write_pinned(tr, reported)
     for node_id, _, verdicts in reported if verbose else []:  # why the machine could not decide, and what would
         for verdict in verdicts:
             if verdict["status"] == "inconclusive":
