@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -318,3 +319,46 @@ def test_a_recording_keeps_its_processes_when_they_agree_or_the_replacements_run
     runs, _off, replaced = same_state(main, [_process(1.0, 44.2), _process(1.6, 70.0)], slow)
     assert replaced <= 2 and len(runs) == 2  # at most MAX_REPLACED, then the spread records both states
     assert same_state([], agreeing, slow) == (agreeing, False, 0)  # no calibration (a GPU): nothing to compare
+
+
+def test_a_thread_the_test_leaves_spinning_cannot_excuse_its_slowdown(
+    process_calibration: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 N3: the in-test recalibration is ignored when the test's own threads competed with it, and a
+    recalibration is never kept for the session's later tests."""
+    import threading
+    import time
+
+    from pytest_gpuperf.measuring import pipeline
+
+    start_up = summarize([26.0 * US] * 30, [26.0 * US] * 30)
+    calibration.set_process_calibration(start_up)
+    slow = summarize([60.0 * US] * 30, [60.0 * US] * 30)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    def busy_calibration() -> Calibration:  # the kernel runs (real CPU work) while the leaked thread spins
+        deadline = time.thread_time() + 0.3
+        while time.thread_time() < deadline:
+            sum(range(1000))
+        return slow
+
+    monkeypatch.setattr(calibration, "host_calibration", busy_calibration)
+    extra = {"method": "thread_cpu", **start_up.facts("thread_cpu")}
+    metric = Metric("step.time", 1e-3, "s", "lower", "time", extra=extra)
+    plan = SimpleNamespace(recalibrated=lambda fresh: ("recalibrated", fresh))
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        same, changed = pipeline.recalibrated(plan, [metric])  # type: ignore[arg-type]
+    finally:
+        stop.set()
+        spinner.join()
+    assert (same, changed) == (plan, False)
+    assert metric.extra["calibration"] == start_up.facts("thread_cpu")["calibration"]
+    quiet, changed = pipeline.recalibrated(plan, [metric])  # type: ignore[arg-type]
+    assert changed and quiet == ("recalibrated", slow)  # alone, a slower machine state is taken for this test
+    assert calibration.measured() is start_up  # and never kept for the session

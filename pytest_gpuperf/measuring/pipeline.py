@@ -115,17 +115,32 @@ def with_calibration(metrics: list[Metric], calibration: Calibration | None) -> 
     return metrics
 
 
+#: Share of the recalibration's own CPU time that other threads of this process may use at the same time: more, and
+#: the test's own threads (a thread it leaked, a data loader) were competing with the calibration kernel.
+OWN_THREADS_LIMIT = 0.25
+
+
 def recalibrated(plan: MeasurePlan, metrics: list[Metric]) -> tuple[MeasurePlan, bool]:
     """Before a suspected slowdown is confirmed: the host calibration measured again (the machine's speed state may
     have moved since the process started) and put on ``metrics``; the plan with it, and whether it changed facts.
 
-    The calibration kernel is fixed, so the suspect's own regression cannot slow it: on an unchanged machine the
-    verdict stands; in a slower state the time verdicts become inconclusive (another machine state).
+    The calibration kernel is fixed, so the suspect's own regression cannot slow it through the kernel: on an
+    unchanged machine the verdict stands; in a slower state the time verdicts become inconclusive (another machine
+    state). But the test runs in this process, and a regression that leaves a thread spinning slows the kernel from
+    beside it: when other threads of this process used more than :data:`OWN_THREADS_LIMIT` of the calibration's CPU
+    time, the new calibration measured the test, not the machine, and is not used. It is never kept for the session
+    either: a later, innocent test is judged with the process's own start-up calibration.
     """
-    from pytest_gpuperf.timing.calibration import host_calibration, set_process_calibration
+    import time
 
+    from pytest_gpuperf.timing.calibration import host_calibration
+
+    process, thread = time.process_time(), time.thread_time()
     fresh = host_calibration()
-    set_process_calibration(fresh)
+    own = time.thread_time() - thread
+    others = (time.process_time() - process) - own
+    if own > 0 and others > OWN_THREADS_LIMIT * own:
+        return plan, False
     changed = False
     for metric in metrics:
         if "calibration" in metric.extra:
