@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.baselines.samples_rule import samples_agree, samples_loosen
+from pytest_gpuperf.baselines.samples_rule import samples_agree, samples_loosen, worse
 from pytest_gpuperf.results import NUMBER_KINDS
 from pytest_gpuperf.validate import (
     MAX_CATEGORY,
@@ -196,14 +196,10 @@ def moved(name: str, relative: float) -> Loosens:
     return run
 
 
-def _worse(before: float, after: float, better: str) -> bool:
-    return after > before if better == "lower" else (after < before if better == "higher" else after != before)
-
-
 def _value_loosens(before: dict[str, Any], after: dict[str, Any]) -> bool:
     better = str(after.get("better", "lower"))
     old, new = number_or_none(before.get("value")), number_or_none(after.get("value"))
-    return old is not None and new is not None and better != "equal" and _worse(old, new, better)
+    return old is not None and new is not None and better != "equal" and worse(old, new, better)
 
 
 #: Every field of a metric entry that a verdict reads, in the order they are checked.

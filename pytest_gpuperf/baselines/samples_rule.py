@@ -62,7 +62,8 @@ def samples_agree(value: list[Any], entry: dict[str, Any]) -> None:
 
 
 
-def _worse(before: float, after: float, better: str) -> bool:
+def worse(before: float, after: float, better: str) -> bool:
+    """True when ``after`` is worse than ``before`` in the direction ``better`` (any change for ``equal``)."""
     return after > before if better == "lower" else (after < before if better == "higher" else after != before)
 
 
@@ -93,7 +94,7 @@ def samples_loosen(before: dict[str, Any], after: dict[str, Any]) -> bool:
         return False
     old = _judged_quantile(old_list, better)
     new = _judged_quantile(new_list, better)
-    if old is not None and new is not None and _worse(old, new, better):
+    if old is not None and new is not None and worse(old, new, better):
         return True
     new_width = _width(new_list, better)
     if new_width is None:

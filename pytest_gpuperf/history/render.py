@@ -123,22 +123,13 @@ def write_json(path: str, findings: list[Finding], notes: list[str]) -> None:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (``-``: standard output)."""
-    import os
+    """Write ``text`` to ``path`` atomically, as the reports are (``-``: standard output)."""
     import sys
-    import tempfile
     from pathlib import Path
+
+    from pytest_gpuperf.reporting.files import write_report
 
     if path == "-":
         sys.stdout.write(text)
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_report(Path(path), text)
