@@ -66,10 +66,37 @@ def build(name, device):
         b = _randn(kmax, 4096, dtype=torch.bfloat16, device=device, seed=1)
         a_k, b_k = a[:, :k], b[:k]
         return lambda: a_k @ b_k
-    if name == "attention":  # causal SDPA fwd+bwd, bf16, 4 x 40 heads x 4096 x 128; +10%: 4 more heads' worth
+    if name == "gemm_fine":  # 4096 x K @ K x 4096, bf16, K = 200 whole 64-wide tiles (12800): +4% = 208, +6.5% = 213
+        k = _tiles(12800 * SCALE, 64)
+        kmax = max(k, 14080)  # allocated at +10% and sliced: peak memory is the same at every scale
+        a = _randn(4096, kmax, dtype=torch.bfloat16, device=device)
+        b = _randn(kmax, 4096, dtype=torch.bfloat16, device=device, seed=1)
+        a_k, b_k = a[:, :k], b[:k]
+        return lambda: a_k @ b_k
+    if name == "conv":  # conv2d fwd+bwd, bf16 channels_last, 25 chunks of 8 x 128 x 56 x 56 (+4%: a 26th chunk)
         import torch.nn.functional as F
 
-        heads, extra = 40, int(round(40 * (SCALE - 1.0)))
+        chunks = int(round(25 * SCALE))
+        images = _randn(8 * max(chunks, 28), 128, 56, 56, dtype=torch.bfloat16, device=device)
+        images = images.to(memory_format=torch.channels_last)
+        weight = _randn(128, 128, 3, 3, dtype=torch.bfloat16, device=device, seed=1)
+        weight = weight.to(memory_format=torch.channels_last).requires_grad_(True)
+        grad = _randn(8, 128, 56, 56, dtype=torch.bfloat16, device=device, seed=2)
+        grad = grad.to(memory_format=torch.channels_last)
+        # Every chunk is the same shape (the same cuDNN kernels); its gradients are dropped before the next one,
+        # so peak memory is one chunk's at every scale.
+        parts = [images[8 * i : 8 * (i + 1)].requires_grad_(True) for i in range(chunks)]
+
+        def step():
+            for part in parts:
+                out = F.conv2d(part, weight, padding=1)
+                torch.autograd.grad(out, (part, weight), grad)
+
+        return step
+    if name == "attention":  # causal SDPA fwd+bwd, bf16, 4 x 50 heads x 4096 x 128; +4%: 2 more heads' worth
+        import torch.nn.functional as F
+
+        heads, extra = 50, int(round(50 * (SCALE - 1.0)))
         q, k, v = (_randn(4, heads, 4096, 128, dtype=torch.bfloat16, device=device, seed=i) for i in range(3))
         g = _randn(4, heads, 4096, 128, dtype=torch.bfloat16, device=device, seed=3)
         leaves = [t.requires_grad_(True) for t in (q, k, v)]
@@ -85,10 +112,13 @@ def build(name, device):
                 torch.autograd.grad(out, part, g[:, :extra])
 
         return step
-    if name == "elementwise":  # bf16 add over 2^27 elements (+10%: 10% more elements)
-        n = int(2**27 * SCALE)
-        x, y = _randn(n, dtype=torch.bfloat16, device=device), _randn(n, dtype=torch.bfloat16, device=device, seed=1)
-        return lambda: x + y
+    if name == "elementwise":  # bf16 add over 2^27 elements (+4%: 4% more elements), into a preallocated output
+        n, most = int(2**27 * SCALE), int(2**27 * 1.10)
+        x = _randn(most, dtype=torch.bfloat16, device=device)
+        y = _randn(most, dtype=torch.bfloat16, device=device, seed=1)
+        out = torch.empty(most, dtype=torch.bfloat16, device=device)  # peak memory the same at every scale
+        x_n, y_n, out_n = x[:n], y[:n], out[:n]
+        return lambda: torch.add(x_n, y_n, out=out_n)
     if name == "linear":  # the seed's Linear(4096, 4096) fp16 forward + backward, batch 1024 in 32-row tiles
         torch.manual_seed(0)
         layer = torch.nn.Linear(4096, 4096).to(device, torch.float16)
@@ -134,6 +164,7 @@ from bench_workloads import build
 from pytest_gpuperf.profiling.counting import count_step
 
 NAMES = {names!r}
+TOLERANCE = {tolerance!r}
 
 
 def unslowed_work(name, device):
@@ -152,12 +183,13 @@ def unslowed_work(name, device):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.gpuperf(**({{"time_tolerance": float(TOLERANCE)}} if TOLERANCE else {{}}))
 def test_workload(gpuperf, name):
     work = unslowed_work(name, gpuperf.device)
     gpuperf.measure(build(name, gpuperf.device), **work)
 """
 
-GPU_NAMES = ["gemm", "attention", "elementwise", "linear", "minillm"]
+GPU_NAMES = ["gemm", "gemm_fine", "attention", "conv", "elementwise", "linear", "minillm"]
 CPU_NAMES = ["cpu_alloc"]
 
 
@@ -277,6 +309,9 @@ def main() -> None:
         "--workloads", default=None, help="comma-separated subset (gemm,attention,elementwise,linear,minillm)"
     )
     parser.add_argument("--scales", default=None, help="comma-separated slowdown scales (default 1.10,1.05 / 1.5)")
+    parser.add_argument(
+        "--time-tolerance", default="", help="the tests' marker time_tolerance (e.g. 0.02; default: the plugin's)"
+    )
     parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest flags (after --)")
     opts = parser.parse_args()
@@ -293,7 +328,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-verdicts-") as tmp:
         project = Path(tmp)
         (project / "bench_workloads.py").write_text(WORKLOADS)
-        (project / "test_bench.py").write_text(TESTS.format(names=names))
+        (project / "test_bench.py").write_text(TESTS.format(names=names, tolerance=opts.time_tolerance))
         if cuda and (opts.verify or opts.verify_only):
             sys.path.insert(0, str(project))
             verify(names, [1.0, *scales])
