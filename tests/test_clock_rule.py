@@ -276,3 +276,21 @@ def test_a_fit_that_says_nothing_is_not_kept() -> None:
     result.sample_clocks = clocks
     assert result.clock_exponent is not None and result.clock_exponent[1] > 1.0
     assert "clock_exponent" not in result.summary()
+
+
+def test_at_a_tight_tolerance_a_small_clock_change_is_judged_across_the_band(tmp_path: Path) -> None:
+    # +3.5% of the work read as time +2.3% at an SM clock 2% above the baseline's (the H200 GEMM at its power cap):
+    # at a 2% tolerance the band puts the work at +3.2%..+3.7%; at the default 5% a 2% clock change is no change.
+    def run() -> Metric:
+        metric = _gemm_run(1.0229, 1545, (0.6, 0.04))
+        metric.tolerance = 0.02
+        return metric
+
+    tight = run()
+    verdict = _judge(tmp_path, [tight], _gemm_baseline(1515, (0.53, 0.04)), time_tolerance=0.02)[0]
+    assert tight.extra["judged_on"] == "time+clock exponent" and tight.extra["work_change"][0] > 1.03
+    assert verdict.status == "regression", verdict.message
+    default = run()
+    default.tolerance = 0.05
+    verdict = _judge(tmp_path, [default], _gemm_baseline(1515, (0.53, 0.04)))[0]
+    assert "judged_on" not in default.extra and verdict.status == "unchanged", verdict.message

@@ -1,12 +1,11 @@
-"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at.
-
-A power-capped GPU runs at an SM clock that depends on its temperature and on how long it idled before, so the
-same step can run at clocks hundreds of MHz apart in two processes. A step's time follows that clock only partly,
-``t ~ f**-a`` with ``0 <= a <= 1``, and ``a`` is a property of the step. So each measurement fits ``a`` over its
-own samples and the SM clock read right before and after each of them (``clock_exponent`` +-
-``clock_exponent_se``, stored with the baseline). When the run's clock differs from the baseline's by more than
-:data:`CLOCK_CHANGE` (:func:`clocks_differ`), the time change is read at both ends of the band both fits allow
-(:func:`exponent_band`, :func:`at_exponent`): the change of the work lies between the two, and :func:`bracket`
+"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at. A
+power-capped GPU runs at an SM clock that depends on its temperature and on how long it idled before, so the same
+step can run at clocks hundreds of MHz apart in two processes. A step's time follows that clock only partly, ``t ~
+f**-a`` with ``0 <= a <= 1``, and ``a`` is a property of the step. So each measurement fits ``a`` over its own
+samples and the SM clock read right before and after each of them (``clock_exponent`` +- ``clock_exponent_se``,
+stored with the baseline). When the run's clock differs from the baseline's by more than :func:`clock_threshold`
+(:data:`CLOCK_CHANGE`, or half a tighter tolerance), the time change is read at both ends of the band both fits
+allow (:func:`exponent_band`, :func:`at_exponent`): the change of the work lies between the two, and :func:`bracket`
 combines them (:func:`across_band`). With no fit on either side the band is all of [0, 1]: time (a = 0) against
 cycles per step (a = 1). A memory-bound step follows the memory clock instead: its time is judged as it is, and a
 changed memory clock is the machine rule's business (:func:`pytest_gpuperf.judging.evidence.machine_reason`).
@@ -53,15 +52,28 @@ def clocks(metric: Metric, entry: dict[str, Any] | None) -> tuple[float, float] 
     return (run, base) if run and base else None
 
 
-def clocks_differ(run_mhz: float, base_mhz: float) -> bool:
-    """True when an SM clock is more than :data:`CLOCK_CHANGE` off another: another GPU state, not the same."""
-    return abs(run_mhz / base_mhz - 1.0) > CLOCK_CHANGE
+def clock_threshold(tolerance: float | None = None) -> float:
+    """The SM clock change (relative) from which a timing verdict is judged across the clock-exponent band.
+
+    :data:`CLOCK_CHANGE`, or half the ``tolerance`` when that is smaller: a step's time moves with its clock by at
+    most the clock's own change (``a <= 1``), so below half the tolerance the clock alone cannot carry a reading
+    across it, while at a tight tolerance (2%) a clock 2% faster than the baseline's would hide a third of a 4%
+    slowdown if the time were read as it is.
+    """
+    if isinstance(tolerance, (int, float)) and tolerance > 0:
+        return min(CLOCK_CHANGE, tolerance / 2.0)
+    return CLOCK_CHANGE
 
 
-def clock_changed(metric: Metric, entry: dict[str, Any] | None) -> bool:
-    """True when the run's SM clock is more than :data:`CLOCK_CHANGE` off the baseline's."""
+def clocks_differ(run_mhz: float, base_mhz: float, tolerance: float | None = None) -> bool:
+    """True when an SM clock is more than :func:`clock_threshold` off another: another GPU state, not the same."""
+    return abs(run_mhz / base_mhz - 1.0) > clock_threshold(tolerance)
+
+
+def clock_changed(metric: Metric, entry: dict[str, Any] | None, tolerance: float | None = None) -> bool:
+    """True when the run's SM clock is more than :func:`clock_threshold` off the baseline's."""
     pair = clocks(metric, entry)
-    return pair is not None and clocks_differ(*pair)
+    return pair is not None and clocks_differ(*pair, tolerance)
 
 
 def bracket(time_status: str, cycles_status: str) -> str | None:
@@ -184,7 +196,7 @@ def on_cycles(
     metric = verdict.metric
     if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
         return None
-    if not clock_changed(metric, entry):
+    if not clock_changed(metric, entry, verdict.tolerance):
         return None
     if not follows_sm_clock(metric.extra.get("bound")) or metric.extra.get("throttled"):
         return None  # memory-bound: time decides; throttled: the machine rule says so
