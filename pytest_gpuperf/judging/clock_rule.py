@@ -1,5 +1,6 @@
-"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at. A
-power-capped GPU runs at an SM clock that depends on its temperature and on how long it idled before, so the same
+"""The clock rule: on a GPU whose SM clock moves, judge the work a step does, not the clock it happened to run at.
+
+A power-capped GPU runs at an SM clock that depends on its temperature and on how long it idled before, so the same
 step can run at clocks hundreds of MHz apart in two processes. A step's time follows that clock only partly, ``t ~
 f**-a`` with ``0 <= a <= 1``, and ``a`` is a property of the step. So each measurement fits ``a`` over its own
 samples and the SM clock read right before and after each of them (``clock_exponent`` +- ``clock_exponent_se``,
