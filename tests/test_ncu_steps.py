@@ -218,3 +218,23 @@ def test_a_measure_run_instead_by_a_feature_times_nothing_and_the_ncu_child_leav
     child = NcuChildExtension(tmp_path / "windows.jsonl", top_ops=24)
     assert child.pytest_gpuperf_measure_instead(context, lambda: None, "fwd") is None
     assert not (tmp_path / "windows.jsonl").exists()
+
+
+def test_the_tables_reach_the_json_report_and_the_markdown_summary() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.profiling.plugin import _ncu_section, pytest_gpuperf_report_sections
+    from pytest_gpuperf.profiling.records import NCU_PAYLOAD, PROFILE_KEY, StepProfile
+
+    kernels = parse_raw((DATA / "h200_layernorm_softmax_step_raw.csv").read_text())
+    table = step_table("step", kernels, 200e-6, {"ops": 2, "whole_step": "2 operation(s), within the cap of 24"})
+    record = StepProfile("step", ncu_tables=[table.as_dict("t.py::test_norm[cuda]")])
+    item = SimpleNamespace(stash={PROFILE_KEY: [record]})
+    (section,) = pytest_gpuperf_report_sections(item)  # type: ignore[arg-type,misc]
+    tables = section.payload[NCU_PAYLOAD]
+    assert tables[0]["nodeid"] == "t.py::test_norm[cuda]" and tables[0]["kernels"] == 2
+    (summary,) = _ncu_section(tables)  # type: ignore[misc]
+    assert summary.json == {"ncu": tables}
+    assert "### Nsight Compute: kernels of each step" in summary.markdown
+    assert "every kernel profiled: 2 operation(s), within the cap of 24" in summary.markdown
+    assert _ncu_section([]) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,10 +53,11 @@ def capture_window(
 
     Nothing is sampled here: the measuring loop (warm-up, power warm-up, adaptive sampling) ran in the parent, and
     under ncu every launch costs more, so the child's time is its start-up and one window per step."""
+    started = time.perf_counter()
     step()
     backend.synchronize()
     selection = rank_step(step, top_ops, _event, _event_seconds, backend.synchronize)
-    bracket_step(backend, step, manifest, key, test, selection)
+    bracket_step(backend, step, manifest, key, test, selection, started)
 
 
 def _event() -> object:
@@ -79,9 +81,11 @@ def bracket_step(
     key: WindowKey,
     test: str | None = None,
     selection: Selection | None = None,
+    started: float | None = None,
 ) -> None:
     """One capture window: a marker kernel, then one call of ``step`` with the profiler on for the whole call or
-    only around the chosen operations (``selection``); the window is appended to the manifest."""
+    only around the chosen operations (``selection``); the window is appended to the manifest with the child's
+    seconds for it since ``started`` (default: since the window opened), ncu's replays included."""
     import torch
 
     cudart = torch.cuda.cudart()
@@ -90,6 +94,7 @@ def bracket_step(
     if test is not None:
         entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
     backend.synchronize()
+    started = time.perf_counter() if started is None else started
     cudart.cudaProfilerStart()
     try:
         torch.cuda._sleep(1)
@@ -101,6 +106,7 @@ def bracket_step(
     if not selection.whole_step:  # the marker opened the window; the profiler runs only around the chosen ops
         entry["differing_ops"] = windowed_call(step, selection, cudart.cudaProfilerStart, cudart.cudaProfilerStop)
         backend.synchronize()
+    entry["window_s"] = round(time.perf_counter() - started, 3)
     with manifest.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")
 

@@ -120,6 +120,8 @@ class StepTable:
             )
         elif self.selection.get("whole_step"):
             parts.append(f"every kernel profiled: {self.selection['whole_step']}")
+        if "window_s" in self.selection:
+            parts.append(f"{float(self.selection['window_s']):.1f} s in the ncu child")
         share = self.covered_share
         if share is not None:
             parts.append(

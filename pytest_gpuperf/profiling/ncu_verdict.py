@@ -75,7 +75,7 @@ def ncu_metrics(
         "capture_wall_s": capture.wall_s,
         "top_kernel": heaviest[0].short_name() if heaviest else "",
     }
-    for fact in ("ops", "profiled_ops", "op_share"):
+    for fact in ("ops", "profiled_ops", "op_share", "window_s"):
         if fact in capture.selection:
             extra[fact] = capture.selection[fact]
     if covered is not None:
