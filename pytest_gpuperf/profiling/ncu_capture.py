@@ -6,11 +6,11 @@ session:
 * parent side (:func:`capture_session`): run ``ncu --profile-from-start off --clock-control
   none --metrics <SOL> --csv --page raw --print-units base -- python -m pytest <ids...>``
   over every selected ncu test, with :data:`ENV_MANIFEST` naming a manifest file;
-* child side (:func:`~pytest_gpuperf.profiling.ncu_child.bracket_step`, for each ``measure()`` in the child): after the
-  child's short warm-up and measuring, one call of the step runs between
-  ``cudaProfilerStart()`` and ``cudaProfilerStop()`` (its own capture window), opened by a
-  one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), and
-  the window's (test id, step, occurrence) is appended to the manifest;
+* child side (:func:`~pytest_gpuperf.profiling.ncu_child.capture_window`, in place of each ``measure()`` in the
+  child): a warm call, a ranking call of the step's operations (:mod:`.ncu_select`), then its own capture window,
+  opened by a one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), with the profiler
+  on around the top operations (or the whole call); the window's (test id, step, occurrence) and what was chosen
+  are appended to the manifest;
 * the parent parses the CSV once and cuts the kernel list at the markers: the n-th window
   is the manifest's n-th line (:func:`split_windows`).
 
