@@ -58,3 +58,5 @@ class MeasureContext:
 
 #: The narrow callable a :class:`~pytest_gpuperf.fixture.GpuPerf` calls after timing (the hook, or nothing).
 AfterMeasure = Callable[[MeasureContext], list["Metric"]]
+#: What it asks before timing: did a feature run the step in place of measuring it (the hook, or nothing)?
+MeasureInstead = Callable[["TestContext", Callable[[], object], str], bool]

@@ -27,7 +27,7 @@ from pytest_gpuperf.validate import (
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.extensions import AfterMeasure
+    from pytest_gpuperf.extensions import AfterMeasure, MeasureInstead
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.measuring.plan import MeasurePlan
     from pytest_gpuperf.timing import MeasureConfig, TimingResult
@@ -68,8 +68,11 @@ class GpuPerf:
         after_measure: AfterMeasure | None = None,
         confirmed_elsewhere: bool = False,
         adjust_config: AdjustConfig | None = None,
+        instead: MeasureInstead | None = None,
     ) -> None:
         self.context = context
+        #: Asked before a step is measured whether a feature ran it in place of measuring (the ncu child).
+        self._instead = instead
         self.judging = judging
         self._after_measure = after_measure
         self.adjust_config = adjust_config
@@ -151,12 +154,12 @@ class GpuPerf:
         Records ``<name>.time`` (seconds per step, device-timed), ``<name>.peak_memory`` (bytes, when ``memory``),
         ``<name>.throughput`` (``items`` per step as ``unit``/s, judged instead of time when given), and
         ``flop_rate`` / ``bandwidth`` when ``flops`` / ``bytes_moved`` per step are known. Without ``--gpuperf``
-        the step runs once as a smoke test. A name may be measured once per test.
-        """
+        the step runs once as a smoke test. A name may be measured once per test."""
         __tracebackhide__ = True  # a bad argument's traceback ends at the test's own line
         call = self._checked(step, MeasureCall(name, items, unit, flops, bytes_moved, memory))
-        if self.judging is None:
-            return self._kept(self._smoke(step, name), [])
+        unmeasured = self._unmeasured(step, name)
+        if unmeasured is not None:
+            return self._kept(unmeasured, [])
         stages = Stages(self.context, self.judging, step, self._after_measure)
         plan = self._plan(step, call)
         probes = stages.probe(plan)
@@ -186,11 +189,16 @@ class GpuPerf:
             )
         return call
 
-    def _smoke(self, step: Callable[[], object], name: str) -> Measurement:
-        """Without ``--gpuperf``: the step runs once, nothing is measured or judged."""
-        step()
-        self.backend.synchronize()
-        return Measurement(name=name, smoke=True)
+    def _unmeasured(self, step: Callable[[], object], name: str) -> Measurement | None:
+        """An empty measurement when ``step`` is not measured: without ``--gpuperf`` (it runs once, a smoke test)
+        or when a feature ran it in place of measuring (``pytest_gpuperf_measure_instead``); else None."""
+        if self.judging is None:
+            step()
+            self.backend.synchronize()
+            return Measurement(name=name, smoke=True)
+        if self._instead is not None and self._instead(self.context, step, name):
+            return Measurement(name=name, smoke=True)
+        return None
 
     def _plan(self, step: Callable[[], object], call: MeasureCall) -> MeasurePlan:
         """The plan stage: this test's settings (adjusted for the step), its baseline's, the host calibration."""
@@ -274,6 +282,9 @@ def handle_for(item: Any, backend: Backend, marker_kwargs: Mapping[str, Any]) ->
     def after_measure(measured: Any) -> list[Metric]:
         return [metric for metrics in hook(context=measured) for metric in (metrics or [])]
 
+    def instead(test: TestContext, step: Callable[[], object], name: str) -> bool:
+        return bool(item.config.hook.pytest_gpuperf_measure_instead(context=test, step=step, name=name))
+
     from pytest_gpuperf.judging.replication import can_replicate
 
-    return GpuPerf(context, session.judging, after_measure, can_replicate(item))
+    return GpuPerf(context, session.judging, after_measure, can_replicate(item), instead=instead)

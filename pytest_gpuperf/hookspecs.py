@@ -7,6 +7,7 @@ or into another feature's fields.
 Measuring and judging:
 
 * :func:`pytest_gpuperf_after_measure`: add metrics (bound verdicts, profiler numbers) to a step;
+* :func:`pytest_gpuperf_measure_instead`: run a step in place of measuring it (the ncu child's capture window);
 * :func:`pytest_gpuperf_baseline_loader`: read baselines from somewhere else (a git ref);
 * :func:`pytest_gpuperf_write_baselines`: veto writing this process's baseline updates (ranks != 0);
 * :func:`pytest_gpuperf_run_in_fresh_processes`: run a test again in fresh processes (replication, confirmation).
@@ -104,6 +105,16 @@ def pytest_gpuperf_after_measure(context: MeasureContext) -> list[Metric] | None
     Called once per ``gpuperf.measure()`` in the pytest process, after timing and before
     judging; the returned metrics are judged, stored and reported like the core's own.
     ``context.judging`` answers baseline questions (``entry(context.test, name)``).
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_measure_instead(context: TestContext, step: Callable[[], object], name: str) -> bool | None:
+    """Run ``step`` in place of measuring it; return True when done (first non-None wins).
+
+    Asked at each ``gpuperf.measure()`` of the pytest process before anything is timed; a True answer skips the
+    whole measurement (nothing timed, judged or stored; the call returns an empty measurement). The ncu child
+    answers it: there a step is only called for its capture window, never sampled.
     """
 
 

@@ -48,6 +48,8 @@ class ProfilingSettings:
     invocation_args: tuple[str, ...] = ()
     #: Classify every step, measuring missing roofs whatever the verdicts need (``GPUPERF_ROOFS=always``).
     roofs_always: bool = False
+    #: Keep ncu's ``--set full`` report of the captured steps (``gpuperf_ncu_full_report``).
+    ncu_full_report: bool = False
 
 
 def profile_requested(item: pytest.Item, settings: ProfilingSettings) -> bool:
@@ -204,6 +206,7 @@ class ProfilingExtension:
                 inifile=self.settings.inifile,
                 parent_args=self.settings.invocation_args,
                 keys={n: self.ncu_keys[n] for n in node_ids if n in self.ncu_keys},
+                full_report=self._full_report(stem),
             )
         except NcuUnavailable as exc:
             if together:
@@ -232,6 +235,7 @@ class ProfilingExtension:
                 parent_args=self.settings.invocation_args,
                 keys={n: self.ncu_keys[n] for n in self.ncu_node_ids if n in self.ncu_keys},
                 gated=True,
+                full_report=self._full_report("ncu-session"),
             )
         except NcuUnavailable as exc:
             self._ncu_error = str(exc)
@@ -242,6 +246,10 @@ class ProfilingExtension:
         if pending is not None:
             pending.discard()
 
+    def _full_report(self, stem: str) -> Path | None:
+        """Where ncu keeps its ``--set full`` report of a child's windows (None unless asked for)."""
+        return self.settings.artifacts_dir / f"{stem}.ncu-rep" if self.settings.ncu_full_report else None
+
     @staticmethod
     def _artifact_stem(node_id: str) -> str:
         from pytest_gpuperf.profiling.torch_trace import artifact_stem
@@ -251,8 +259,9 @@ class ProfilingExtension:
     def _ncu(
         self, context: MeasureContext, record: StepProfile, occurrence: int, line: Roofline | None
     ) -> list[Metric]:
+        from pytest_gpuperf.profiling.analytic import step_seconds
         from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, find_ncu
-        from pytest_gpuperf.profiling.ncu_sol_rules import classify_kernels
+        from pytest_gpuperf.profiling.ncu_table import step_table
         from pytest_gpuperf.profiling.ncu_verdict import disagreement, ncu_metrics
 
         test = context.test
@@ -269,21 +278,36 @@ class ProfilingExtension:
         if not capture.kernels:
             record.notes.append(f"ncu: no kernel ran in the window of step {context.name!r}")
             return []
-        sol = classify_kernels(capture.kernels)
+        seconds = step_seconds(context.timing) if context.timing is not None else None
+        analytic = line.bound if line is not None else ""
+        table = step_table(context.name, capture.kernels, seconds, capture.selection, analytic)
+        sol = table.verdict
         record.artifacts.append(capture.csv_path)
-        heaviest = sorted(capture.kernels, key=lambda k: -k.duration_s)[:5]
+        if capture.report is not None:
+            record.artifacts.append(self._report_link(context, occurrence, capture.report))
+            record.verdicts.append(f"ncu --set full report: kernels {_id_range(capture)} of {capture.report.name}")
         record.verdicts.append(
             f"ncu {sol.describe()} over {len(capture.kernels)} kernel(s), {capture.wall_s:.1f} s of ncu per test"
         )
-        record.verdicts += [
-            f"  ncu kernel {k.duration_s * 1e6:9.1f} us  SM {k.sm_pct:5.1f}%  mem {k.memory_pct:5.1f}%  "
-            f"DRAM {k.dram_pct:5.1f}%  {k.short_name()}"
-            for k in heaviest
-        ]
+        record.verdicts += ["  " + text for text in table.lines()]
+        record.ncu_tables.append(table.as_dict(test.node_id))
         conflict = disagreement(line, sol, capture)
         if conflict:
-            record.notes.append(conflict)
-        return ncu_metrics(context.name, sol, capture, conflict)
+            record.notes.append(conflict + (f"; {table.difference_text()}" if table.difference_text() else ""))
+        return ncu_metrics(context.name, sol, capture, conflict, table.covered_share)
+
+    def _report_link(self, context: MeasureContext, occurrence: int, report: Path) -> Path:
+        """The session's ``--set full`` report under this test's own name (a hard link, else a copy)."""
+        import shutil
+
+        named = self._artifact(context, occurrence, ".ncu-rep")
+        if named != report:
+            named.unlink(missing_ok=True)
+            try:
+                os.link(report, named)
+            except OSError:
+                shutil.copyfile(report, named)
+        return named
 
     # -- @pytest.mark.gpuperf(bound=...) ------------------------------------------------
     def _check_expected_bound(self, context: MeasureContext, record: StepProfile, metrics: list[Metric]) -> None:
@@ -327,52 +351,7 @@ def _describe_ncu(metric: Metric) -> str:
     )
 
 
-class NcuChildExtension:
-    """In the child process ncu runs: one capture window per ``measure()`` call, listed in the manifest."""
-
-    def __init__(self, manifest: Path) -> None:
-        self.manifest = manifest
-        self._seen: dict[tuple[str, str], int] = {}
-        #: node id -> :func:`~pytest_gpuperf.profiling.ncu_capture.ncu_test_key` of the collected tests.
-        self._keys: dict[str, str] = {}
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Name each collected test the way the parent does: by its file's absolute path, not its node id."""
-        from pytest_gpuperf.profiling.ncu_capture import GATE_ENV, ncu_test_key
-
-        self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
-        gate = os.environ.get(GATE_ENV)
-        if gate and not self._wait_for_turn(Path(gate)):
-            session.items[:] = []
-            pytest.exit("ncu child not needed: the parent's session ended before its first ncu test", returncode=0)
-
-    @staticmethod
-    def _wait_for_turn(gate: Path) -> bool:
-        """A prestarted child: make the CUDA context now (while the parent still measures), then wait to run."""
-        from pytest_gpuperf.profiling.ncu_capture import GATE_PARENT_ENV, wait_for_gate
-
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.empty(1, device="cuda")
-        except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the tests, with its reason
-            pass
-        return wait_for_gate(gate, int(os.environ[GATE_PARENT_ENV]))  # start_session sets both variables
-
-    def pytest_gpuperf_after_measure(self, context: MeasureContext) -> list[Metric]:
-        """The hook: see :meth:`after_measure`."""
-        return self.after_measure(context)
-
-    def after_measure(self, context: MeasureContext) -> list[Metric]:
-        """Bracket one call of the step (after the child's short measuring) and record whose window it is."""
-        from pytest_gpuperf.profiling.ncu_capture import bracket_step
-
-        test = context.test
-        if test.backend.name != "cuda":
-            return []
-        index = self._seen.get((test.node_id, context.name), 0)
-        self._seen[(test.node_id, context.name)] = index + 1
-        key = (test.node_id, context.name, index)
-        bracket_step(test.backend, context.step, self.manifest, key, self._keys.get(test.node_id))
-        return []
+def _id_range(capture: object) -> str:
+    """``12-40``: the ncu result IDs of a window's kernels (how the report's GUI lists them)."""
+    ids = [k.id for k in capture.kernels]  # type: ignore[attr-defined]
+    return f"{min(ids)}-{max(ids)}" if ids else "none"

@@ -6,11 +6,11 @@ session:
 * parent side (:func:`capture_session`): run ``ncu --profile-from-start off --clock-control
   none --metrics <SOL> --csv --page raw --print-units base -- python -m pytest <ids...>``
   over every selected ncu test, with :data:`ENV_MANIFEST` naming a manifest file;
-* child side (:func:`~pytest_gpuperf.profiling.ncu_child.bracket_step`, for each ``measure()`` in the child): after the
-  child's short warm-up and measuring, one call of the step runs between
-  ``cudaProfilerStart()`` and ``cudaProfilerStop()`` (its own capture window), opened by a
-  one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), and
-  the window's (test id, step, occurrence) is appended to the manifest;
+* child side (:func:`~pytest_gpuperf.profiling.ncu_child.capture_window`, in place of each ``measure()`` in the
+  child): a warm call, a ranking call of the step's operations (:mod:`.ncu_select`), then its own capture window,
+  opened by a one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as ``spin_kernel``), with the profiler
+  on around the top operations (or the whole call); the window's (test id, step, occurrence) and what was chosen
+  are appended to the manifest;
 * the parent parses the CSV once and cuts the kernel list at the markers: the n-th window
   is the manifest's n-th line (:func:`split_windows`).
 
@@ -49,6 +49,7 @@ from pytest_gpuperf.profiling.ncu_command import (
     child_pytest_args,
     find_ncu,
     forwarded_options,
+    import_report,
     ncu_prefix,
     ncu_test_key,
 )
@@ -92,6 +93,10 @@ class NcuCapture:
     csv_path: Path
     wall_s: float
     command: list[str]
+    #: What the child chose to profile in this window (``ncu_select.Selection.facts``; empty: not said).
+    selection: dict[str, Any] = field(default_factory=dict)
+    #: ncu's ``--set full`` report holding this window (None unless ``gpuperf_ncu_full_report``).
+    report: Path | None = None
 
 
 @dataclass
@@ -107,6 +112,10 @@ class SessionCapture:
     keys: dict[str, str] = field(default_factory=dict)
     #: The last lines of the child's output (its pytest summary), for the reason of a missing window.
     output_tail: str = ""
+    #: Each window's manifest facts (what the child chose to profile).
+    facts: dict[WindowKey, dict[str, Any]] = field(default_factory=dict)
+    #: The session's ``--set full`` report (None unless asked for).
+    report: Path | None = None
 
     def capture(self, node_id: str, step: str, occurrence: int) -> NcuCapture:
         """The window of one step; NcuUnavailable when the child never reached it (naming what it did record)."""
@@ -120,7 +129,8 @@ class SessionCapture:
                 f"the child run of the test did not reach that measure() call (see {self.csv_path}); "
                 f"windows recorded: {', '.join(recorded[:6]) or 'none'}; child output: {self.output_tail}"
             )
-        return NcuCapture(self.windows[found], self.csv_path, self.cost_per_test, self.command)
+        facts = self.facts.get(found, {})
+        return NcuCapture(self.windows[found], self.csv_path, self.cost_per_test, self.command, facts, self.report)
 
     @property
     def cost_per_test(self) -> float:
@@ -153,15 +163,25 @@ def split_windows(
 
 def read_manifest(path: Path) -> list[WindowKey]:
     """The (test id, step, occurrence) of each window the child opened, in order."""
+    return [key for key, _ in manifest_entries(path)]
+
+
+#: Manifest keys that name the window; the others are facts about it.
+_KEY_FIELDS = ("node_id", "test", "step", "occurrence")
+
+
+def manifest_entries(path: Path) -> list[tuple[WindowKey, dict[str, Any]]]:
+    """Each window the child opened, in order: its key and the facts the child added (what it profiled)."""
     if not path.exists():
         return []
-    keys = []
+    entries = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             entry = json.loads(line)
             test = entry.get("test") or entry["node_id"]
-            keys.append((str(test), str(entry["step"]), int(entry["occurrence"])))
-    return keys
+            facts = {k: v for k, v in entry.items() if k not in _KEY_FIELDS}
+            entries.append(((str(test), str(entry["step"]), int(entry["occurrence"])), facts))
+    return entries
 
 
 def capture_session(
@@ -193,6 +213,7 @@ def start_session(
     parent_args: Sequence[str] = (),
     keys: dict[str, str] | None = None,
     gated: bool = False,
+    full_report: Path | None = None,
 ) -> PendingSession:
     """Start the ncu child of :func:`capture_session`; ``gated``: it starts up (ncu, Python, imports, collection,
     CUDA context) and then waits until :meth:`PendingSession.release` (or :meth:`~PendingSession.discard`), so its
@@ -201,18 +222,21 @@ def start_session(
     The child runs where the parent was started (``invocation_dir``, default ``rootdir``: ``python -m pytest``
     puts it on ``sys.path``, as it did for the parent) with the parent's rootdir, ini file and plugin options.
     ``keys``: each node id's :func:`ncu_test_key` (the child is given those; without them, the node ids).
+    ``full_report``: also keep ncu's ``--set full`` report of the windows there (``gpuperf_ncu_full_report``).
     """
     if not os.access(ncu, os.X_OK):  # the guard would start, then fail to run it: say why here
         raise NcuUnavailable(f"cannot start ncu ({ncu}): not an executable file")
     keys = dict(keys or {})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     csv_path.unlink(missing_ok=True)
-    pending = PendingSession(make_pool_dir("ncu"), csv_path, list(node_ids), keys)
+    pending = PendingSession(make_pool_dir("ncu"), csv_path, list(node_ids), keys, full_report=full_report)
+    if full_report is not None:
+        full_report.unlink(missing_ok=True)
     env = {**os.environ, ENV_MANIFEST: str(pending.path(MANIFEST))}
     if gated:
         env.update({GATE_ENV: str(pending.path(GATE)), GATE_PARENT_ENV: str(os.getpid())})
     selection = [keys.get(n, n) for n in node_ids]
-    pending.command = ncu_prefix(ncu, csv_path) + child_pytest_args(
+    pending.command = ncu_prefix(ncu, csv_path, full_report) + child_pytest_args(
         selection, backend, pending.scratch, xdist, rootdir, inifile, parent_args
     )
     try:
@@ -247,6 +271,8 @@ class PendingSession:
     keys: dict[str, str]
     command: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    #: Where ncu writes its ``--set full`` report (None: not asked for).
+    full_report: Path | None = None
     #: perf_counter seconds when the child was told to run (0.0: not yet).
     released_at: float = 0.0
 
@@ -273,11 +299,14 @@ class PendingSession:
             raise NcuUnavailable(self._overrun(timeout)) from None
         finally:
             output = self._output()
-            manifest = read_manifest(self.path(MANIFEST))
+            entries = manifest_entries(self.path(MANIFEST))
             remove_pool_dir(self.scratch)
+        report = self.full_report if self.full_report is not None and self.full_report.exists() else None
+        if report is not None:
+            output += "\n" + import_report(self.command[0], report)  # the rows, when the log held none
         wall = time.perf_counter() - self.released_at
-        session = parse_session(self.csv_path, output, manifest, wall, self.command, self.tests)
-        session.keys = self.keys
+        session = parse_session(self.csv_path, output, [key for key, _ in entries], wall, self.command, self.tests)
+        session.keys, session.facts, session.report = self.keys, dict(entries), report
         session.output_tail = _tail(output, 3)
         return session
 

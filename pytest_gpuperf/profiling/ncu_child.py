@@ -1,22 +1,29 @@
 """The ncu child's side (the pytest process ncu runs): wait at the gate, then one capture window per ``measure()``.
 
-A prestarted child waits at its gate file (:mod:`pytest_gpuperf.procs.gate`) after collecting; each capture window
-(:func:`bracket_step`) is opened by a one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as
-:data:`MARKER_KERNEL`) and listed in the manifest the parent names in :data:`ENV_MANIFEST`.
+A prestarted child waits at its gate file (:mod:`pytest_gpuperf.procs.gate`) after collecting. Each ``measure()``
+there is replaced (``pytest_gpuperf_measure_instead``) by a warm call, a ranking call and one capture window
+(:func:`capture_window`): the window is opened by a one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as
+:data:`MARKER_KERNEL`), profiles the step's top operations (:mod:`.ncu_select`) and is listed, with what was chosen,
+in the manifest the parent names in :data:`ENV_MANIFEST`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from pytest_gpuperf.procs.gate import wait_on_file
+from pytest_gpuperf.profiling.ncu_select import DEFAULT_TOP_OPS, Selection, rank_step, windowed_call
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.context import TestContext
 
 ENV_MANIFEST = "GPUPERF_NCU_MANIFEST"
 #: Set for a gated child (:func:`~pytest_gpuperf.profiling.ncu_capture.start_session`): the file it waits for
@@ -39,22 +46,113 @@ def child_manifest() -> Path | None:
     return Path(path) if path else None
 
 
-def bracket_step(
-    backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey, test: str | None = None
+def capture_window(
+    backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey, test: str | None, top_ops: int
 ) -> None:
-    """One capture window: a marker kernel and one call of ``step`` between profiler start and stop."""
+    """What a ``measure()`` does in the child: a warm call, a ranking call, then the one capture window.
+
+    Nothing is sampled here: the measuring loop (warm-up, power warm-up, adaptive sampling) ran in the parent, and
+    under ncu every launch costs more, so the child's time is its start-up and one window per step."""
+    started = time.perf_counter()
+    step()
+    backend.synchronize()
+    selection = rank_step(step, top_ops, _event, _event_seconds, backend.synchronize)
+    bracket_step(backend, step, manifest, key, test, selection, started)
+
+
+def _event() -> object:
+    """A CUDA event recorded now on the current stream: a mark of the ranking call's clock."""
     import torch
 
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _event_seconds(begin: object, end: object) -> float:
+    """Device seconds between two recorded events (after a synchronize)."""
+    return float(begin.elapsed_time(end)) / 1e3  # type: ignore[attr-defined]
+
+
+def bracket_step(
+    backend: Backend,
+    step: Callable[[], object],
+    manifest: Path,
+    key: WindowKey,
+    test: str | None = None,
+    selection: Selection | None = None,
+    started: float | None = None,
+) -> None:
+    """One capture window: a marker kernel, then one call of ``step`` with the profiler on for the whole call or
+    only around the chosen operations (``selection``); the window is appended to the manifest with the child's
+    seconds for it since ``started`` (default: since the window opened), ncu's replays included."""
+    import torch
+
+    cudart = torch.cuda.cudart()
+    selection = selection or Selection(frozenset(), reason="no ranking")
+    entry: dict[str, object] = {"node_id": key[0], "step": key[1], "occurrence": key[2], **selection.facts()}
+    if test is not None:
+        entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
     backend.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
+    started = time.perf_counter() if started is None else started
+    cudart.cudaProfilerStart()
     try:
         torch.cuda._sleep(1)
-        step()
-        backend.synchronize()
+        if selection.whole_step:
+            step()
+            backend.synchronize()
     finally:
-        torch.cuda.cudart().cudaProfilerStop()
+        cudart.cudaProfilerStop()
+    if not selection.whole_step:  # the marker opened the window; the profiler runs only around the chosen ops
+        entry["differing_ops"] = windowed_call(step, selection, cudart.cudaProfilerStart, cudart.cudaProfilerStop)
+        backend.synchronize()
+    entry["window_s"] = round(time.perf_counter() - started, 3)
     with manifest.open("a", encoding="utf-8") as handle:
-        entry = {"node_id": key[0], "step": key[1], "occurrence": key[2]}
-        if test is not None:
-            entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
         handle.write(json.dumps(entry) + "\n")
+
+
+class NcuChildExtension:
+    """In the child process ncu runs: each ``measure()`` is one capture window (nothing is timed), listed in the
+    manifest."""
+
+    def __init__(self, manifest: Path, top_ops: int = DEFAULT_TOP_OPS) -> None:
+        self.manifest = manifest
+        self.top_ops = top_ops
+        self._seen: dict[tuple[str, str], int] = {}
+        #: node id -> :func:`~pytest_gpuperf.profiling.ncu_command.ncu_test_key` of the collected tests.
+        self._keys: dict[str, str] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Name each collected test the way the parent does: by its file's absolute path, not its node id."""
+        from pytest_gpuperf.profiling.ncu_command import ncu_test_key
+
+        self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
+        gate = os.environ.get(GATE_ENV)
+        if gate and not self._wait_for_turn(Path(gate)):
+            session.items[:] = []
+            pytest.exit("ncu child not needed: the parent's session ended before its first ncu test", returncode=0)
+
+    @staticmethod
+    def _wait_for_turn(gate: Path) -> bool:
+        """A prestarted child: make the CUDA context now (while the parent still measures), then wait to run."""
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.empty(1, device="cuda")
+        except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the tests, with its reason
+            pass
+        return wait_for_gate(gate, int(os.environ[GATE_PARENT_ENV]))  # start_session sets both variables
+
+    def pytest_gpuperf_measure_instead(
+        self, context: TestContext, step: Callable[[], object], name: str
+    ) -> bool | None:
+        """The hook: a CUDA step gets its capture window in place of the measuring loop (see
+        :func:`capture_window`); any other backend is left to the core."""
+        if context.backend.name != "cuda":
+            return None
+        index = self._seen.get((context.node_id, name), 0)
+        self._seen[(context.node_id, name)] = index + 1
+        key = (context.node_id, name, index)
+        capture_window(context.backend, step, self.manifest, key, self._keys.get(context.node_id), self.top_ops)
+        return True

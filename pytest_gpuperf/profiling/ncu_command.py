@@ -23,10 +23,15 @@ def find_ncu() -> str | None:
     return shutil.which("ncu")
 
 
-def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
-    """The ncu command line that profiles only the profiler-start/stop windows, with real clocks."""
+def ncu_prefix(ncu: str, log_file: Path, full_report: Path | None = None) -> list[str]:
+    """The ncu command line that profiles only the profiler-start/stop windows, with real clocks.
+
+    ``full_report``: also collect ``--set full`` (every section the Nsight Compute GUI shows; many more replay
+    passes per kernel) and keep the report there, as ``ncu --set full -o <report>`` does."""
+    full = ["--set", "full", "--export", str(full_report), "--force-overwrite"] if full_report is not None else []
     return [
         ncu,
+        *full,
         "--profile-from-start",
         "off",
         "--clock-control",
@@ -43,6 +48,23 @@ def ncu_prefix(ncu: str, log_file: Path) -> list[str]:
         "--log-file",
         str(log_file),
     ]
+
+
+#: Seconds ``ncu --import`` may take to print a kept report's raw page (no GPU work: reading a file).
+IMPORT_TIMEOUT = 60.0
+
+
+def import_report(ncu: str, report: Path) -> str:
+    """The raw-page CSV of a kept report (``ncu --import R --csv --page raw --print-units base``), or a line
+    saying why there is none: with ``--export`` ncu may print no rows to its log file."""
+    import subprocess
+
+    command = [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=IMPORT_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"==ERROR== cannot read the kept report {report}: {exc}"
+    return done.stdout + done.stderr
 
 
 def ncu_test_key(path: Path | str, node_id: str) -> str:

@@ -58,8 +58,11 @@ def disagreement(line: Roofline | None, sol: SolVerdict, capture: NcuCapture) ->
     return f"analytic {line.bound} but ncu {sol.bound}: believe the {who} verdict; {why}"
 
 
-def ncu_metrics(name: str, sol: SolVerdict, capture: NcuCapture, conflict: str) -> list[Metric]:
-    """``<name>.ncu_bound`` (category) and ncu's SM / memory / DRAM percentages (info)."""
+def ncu_metrics(
+    name: str, sol: SolVerdict, capture: NcuCapture, conflict: str, covered: float | None = None
+) -> list[Metric]:
+    """``<name>.ncu_bound`` (category) and ncu's SM / memory / DRAM percentages (info); ``covered``: the profiled
+    kernels' time over the step's measured time."""
     heaviest = sorted(capture.kernels, key=lambda k: -k.duration_s)[:1]
     extra: dict[str, object] = {
         "sm_pct": sol.sm_pct,
@@ -72,6 +75,11 @@ def ncu_metrics(name: str, sol: SolVerdict, capture: NcuCapture, conflict: str) 
         "capture_wall_s": capture.wall_s,
         "top_kernel": heaviest[0].short_name() if heaviest else "",
     }
+    for fact in ("ops", "profiled_ops", "op_share", "window_s"):
+        if fact in capture.selection:
+            extra[fact] = capture.selection[fact]
+    if covered is not None:
+        extra["covered_share"] = round(covered, 4)
     if conflict:
         extra["disagreement"] = conflict
     return [

@@ -21,6 +21,7 @@ import pytest
 from pytest_gpuperf.keys import ROOFS_ENV, SESSION_KEY
 from pytest_gpuperf.profiling.records import (
     ARTIFACT_PROPERTY,
+    NCU_PAYLOAD,
     PROFILE_KEY,
     PROFILE_REQUESTED_KEY,
     USER_PROPERTY,
@@ -60,6 +61,21 @@ OPTIONS: list[tuple[Any, ...]] = [
         "session's ncu tests are skipped with ncu's last words and the child is stopped",
         {"above": 0, "section": "timeouts"},
     ),
+    (
+        "gpuperf_ncu_top_ops",
+        "int",
+        24,
+        "ncu profiles the kernels of at most this many of a step's operations, the longest by device time "
+        "(fewer once they cover 90% of it); 0: every kernel of the step",
+        {"minimum": 0},
+    ),
+    (
+        "gpuperf_ncu_full_report",
+        "bool",
+        False,
+        "also keep ncu's --set full report of the captured steps (.ncu-rep, opens in the Nsight Compute GUI) under "
+        "gpuperf_artifacts, one per test; every kernel is replayed for many more counters, so the capture is slower",
+    ),
 ]
 MARKERS = (
     "gpuperf_profile: write a torch.profiler trace (Chrome JSON, opens in Perfetto) of this perf test's steps",
@@ -97,9 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     manifest = child_manifest()
     if manifest is not None:  # the child process ncu runs: one capture window per measure(), nothing else
-        from pytest_gpuperf.profiling.extension import NcuChildExtension
+        from pytest_gpuperf.profiling.ncu_child import NcuChildExtension
 
-        config.pluginmanager.register(NcuChildExtension(manifest), "gpuperf-ncu-child")
+        top_ops = get_option(config, "gpuperf_ncu_top_ops")
+        config.pluginmanager.register(NcuChildExtension(manifest, top_ops), "gpuperf-ncu-child")
         return
     from pytest_gpuperf.profiling.compile_health import CompileHealth
     from pytest_gpuperf.profiling.memory_sites import MemorySites
@@ -126,6 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
         inifile=config.inipath,
         invocation_args=tuple(str(a) for a in config.invocation_params.args),
         roofs_always=os.environ.get(ROOFS_ENV, "") == "always",
+        ncu_full_report=get_option(config, "gpuperf_ncu_full_report"),
     )
     store = RoofStore(getattr(config, "cache", None))
     roofs = RoofProvider(store, get_option(config, "gpuperf_recalibrate"))
@@ -219,7 +237,9 @@ def pytest_gpuperf_report_sections(item: pytest.Item) -> list[ReportSection] | N
 
     text = "\n".join(r.text() for r in records)
     properties = [(USER_PROPERTY, text), *((ARTIFACT_PROPERTY, str(p)) for r in records for p in r.artifacts)]
-    return [ReportSection("profiling", "gpuperf profile", text, tuple(properties), junit=False)]
+    tables = [table for r in records for table in r.ncu_tables]
+    payload = {NCU_PAYLOAD: tables} if tables else {}
+    return [ReportSection("profiling", "gpuperf profile", text, tuple(properties), junit=False, payload=payload)]
 
 
 def pytest_gpuperf_failure_reasons(item: pytest.Item, verdicts: list[Any]) -> list[FailureReason] | None:
@@ -247,8 +267,9 @@ def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[TestRec
     verbose = int(getattr(config.option, "verbose", 0) or 0) > 0
     texts = [(n, t) for n, t in texts if verbose or bool(artifacts) or _flags_something(t)]
     calibrated = calibrated if verbose else []
+    tables = [table for r in records for table in r.data.get(NCU_PAYLOAD, [])]
     if not texts and not calibrated and not artifacts:
-        return None
+        return _ncu_section(tables)
     lines = []
     for node_id, text in texts:
         lines += [node_id, *("  " + line for line in text.splitlines())]
@@ -259,7 +280,19 @@ def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[TestRec
         lines.append(f"measured roofs for {', '.join(calibrated)}; kept in {extension.roofs.store.where}")
     from pytest_gpuperf.hookspecs import SummarySection
 
-    return [SummarySection("gpuperf profiling", tuple((line, {}) for line in lines), order=10)]
+    section = SummarySection("gpuperf profiling", tuple((line, {}) for line in lines), order=10)
+    return [section, *(_ncu_section(tables) or [])]
+
+
+def _ncu_section(tables: list[dict[str, Any]]) -> list[SummarySection] | None:
+    """ncu's per-kernel tables of the run in the Markdown summary and the JSON report (``gpuperf.ncu``)."""
+    if not tables:
+        return None
+    from pytest_gpuperf.hookspecs import SummarySection
+    from pytest_gpuperf.profiling.ncu_table import markdown_of
+
+    markdown = "\n\n".join(["### Nsight Compute: kernels of each step", *(markdown_of(t) for t in tables)])
+    return [SummarySection("", order=11, markdown=markdown, json={"ncu": tables})]
 
 
 def _flags_something(text: str) -> bool:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 USER_PROPERTY = "gpuperf.profile"
 ARTIFACT_PROPERTY = "gpuperf.artifact"
+#: The call report's payload key holding each step's ncu table (a list of ``StepTable.as_dict``).
+NCU_PAYLOAD = "ncu"
 
 
 @dataclass
@@ -24,6 +27,8 @@ class StepProfile:
     artifacts: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    #: ncu's per-kernel table of the step (``ncu_table.StepTable.as_dict``), for the JSON and Markdown reports.
+    ncu_tables: list[dict[str, Any]] = field(default_factory=list)
 
     def text(self) -> str:
         """The lines shown in the test's report section and in the terminal summary."""

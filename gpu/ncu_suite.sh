@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Issue 37's done-when in one device call (about 6 minutes; each part has its own timeout):
+#   A. perf_tests/test_seed_kernels.py plain, then with --gpuperf-ncu: ncu's cost beyond the plain run (goal <= 60 s)
+#   B. the whole perf_tests with --gpuperf-ncu --gpuperf-profile -v, JSON and Markdown: completes; each CUDA test
+#      (4 seed kernels, MiniLLM step, single-rank FSDP2 step) has an "ncu <class>" line and its per-kernel table;
+#      the MiniLLM window's seconds in the ncu child (goal <= 90 s)
+#   C. a synthetic step of 100,000 tiny kernels replayed from a CUDA graph (the child cannot rank it, so every kernel
+#      is profiled): skipped inside gpuperf_ncu_timeout=60 with ncu's last words
+#   D. `pgrep -a ncu` 5 s after each session: nothing
+# Prints a summary table; logs, JSON and Markdown in $OUT/ncu_suite/. Usage, from the repo root: bash gpu/ncu_suite.sh
+set -u
+source gpu/setup.sh
+OUT=${OUT:-/tmp/out}
+W="$OUT/ncu_suite"
+mkdir -p "$W"
+COMMON=(--gpuperf --gpuperf-backend cuda -p no:cacheprovider -o gpuperf_artifacts="$W/artifacts" -rs)
+
+timed() {  # timed NAME LIMIT ARGS...: pytest ARGS under a timeout; prints "NAME SECONDS RC" and keeps the log
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s.%N)
+  timeout "$limit" python3 -m pytest "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "$name $(python3 -c "print(round($(date +%s.%N) - $start, 1))") $rc"
+  sleep 5
+  pgrep -a ncu > "$W/$name.ncu_left.txt" 2>&1 || true
+}
+
+A_PLAIN=$(timed A_plain 120 perf_tests/test_seed_kernels.py "${COMMON[@]}")
+A_NCU=$(timed A_ncu 150 perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-ncu -v)
+B_ALL=$(timed B_all 240 perf_tests "${COMMON[@]}" --gpuperf-ncu --gpuperf-profile -v \
+  --gpuperf-json "$W/B_all.json" --gpuperf-markdown "$W/B_all.md")
+
+S=$(mktemp -d /tmp/ncu-synthetic-XXXX)
+cat > "$S/test_many_kernels.py" <<'PY'
+import torch
+
+
+def test_hundred_thousand_tiny_kernels(gpuperf):
+    x = torch.zeros(1, device=gpuperf.device)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        for _ in range(100_000):
+            x.add_(1)
+    torch.cuda.current_stream().wait_stream(stream)
+    gpuperf.measure(graph.replay)
+PY
+C_SYN=$(timed C_synthetic 120 "$S/test_many_kernels.py" --rootdir "$S" "${COMMON[@]}" --gpuperf-ncu \
+  -o gpuperf_ncu_timeout=60 -o gpuperf_baselines="$S/baselines")
+rm -rf "$S"
+
+python3 - "$W" "$A_PLAIN" "$A_NCU" "$B_ALL" "$C_SYN" <<'PY'
+import json, re, sys
+from pathlib import Path
+
+w = Path(sys.argv[1])
+runs = {line.split()[0]: (float(line.split()[1]), int(line.split()[2])) for line in sys.argv[2:]}
+def log(name): return (w / f"{name}.log").read_text(errors="replace")
+def left(name): return (w / f"{name}.ncu_left.txt").read_text().strip() or "none"
+print("| part | wall (s) | rc | result | ncu left 5 s after |\n| --- | ---: | ---: | --- | --- |")
+a_plain, a_ncu = runs["A_plain"], runs["A_ncu"]
+classes = len(re.findall(r"^\s+ncu (compute|memory|latency)-bound", log("A_ncu"), re.M))
+print(f"| A seed file plain | {a_plain[0]:.1f} | {a_plain[1]} | | {left('A_plain')} |")
+print(f"| A seed file --gpuperf-ncu | {a_ncu[0]:.1f} | {a_ncu[1]} | {classes} ncu classes; ncu cost "
+      f"{a_ncu[0] - a_plain[0]:.1f} s (goal <= 60) | {left('A_ncu')} |")
+b = runs["B_all"]
+text = log("B_all")
+summary = next((l for l in text.splitlines()[::-1] if re.search(r"passed|failed|skipped", l)), "")
+print(f"| B perf_tests --gpuperf-ncu --gpuperf-profile | {b[0]:.1f} | {b[1]} | {summary.strip()} | {left('B_all')} |")
+c = runs["C_synthetic"]
+skip = next((l for l in log("C_synthetic").splitlines() if "SKIPPED" in l), "no skip line")
+print(f"| C 100,000 tiny kernels, budget 60 s | {c[0]:.1f} | {c[1]} | {skip[:200]} | {left('C_synthetic')} |")
+print()
+try:
+    tables = json.loads((w / "B_all.json").read_text())["gpuperf"].get("ncu", [])
+except (OSError, ValueError, KeyError) as exc:
+    tables = []
+    print(f"no JSON tables: {exc}")
+print("| test | step | ncu class | kernels | covered | window in child (s) | selection |\n| --- | --- | --- | ---: | ---: | ---: | --- |")
+for t in tables:
+    sel = t.get("selection", {})
+    chosen = f"top {sel['profiled_ops']} of {sel.get('ops')} ops" if "profiled_ops" in sel else sel.get("whole_step", "")
+    covered = t.get("covered_share")
+    print(f"| {t['nodeid'].split('::')[-1]} | {t['step']} | {t['bound']} | {t['kernels']} | "
+          f"{'-' if covered is None else f'{covered:.0%}'} | {sel.get('window_s', '-')} | {chosen[:60]} |")
+wanted = ["linear_fp16", "layernorm_softmax", "large_matmul", "minillm", "fsdp2_training_step"]
+seen = " ".join(t["nodeid"] for t in tables)
+print("\nmissing an ncu table:", [name for name in wanted if name not in seen] or "none")
+PY
+grep -hE "SKIPPED|captured no window|ran past" "$W"/*.log | cut -c1-300 | head -20

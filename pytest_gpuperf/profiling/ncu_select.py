@@ -1,0 +1,170 @@
+"""Which of a step's operations the ncu child profiles: the longest by device time, up to a cap.
+
+ncu replays every kernel of a capture window once per group of counters, saving and restoring the memory the kernel
+writes before each replay; a training step of hundreds of kernels, with an optimizer that writes every parameter,
+then takes minutes. So the ncu child ranks the step's operations first and profiles only the top ones:
+
+* **ranking call** (:func:`rank_step`): one call of the step outside any capture window (ncu does not replay
+  there) with a pair of clock marks (CUDA events) around each ATen operation, seen through a dispatch mode, and
+  one pair around the whole call;
+* **choice** (:func:`choose`): the longest operations, longest first, at most ``top_ops`` of them (ini key
+  ``gpuperf_ncu_top_ops``), stopping once they cover :data:`COVERAGE` of the operations' device time;
+* **capture call** (:func:`windowed_call`): the profiler is started just before each chosen operation and stopped
+  just after it, so ncu profiles only their kernels.
+
+The whole step is captured instead (as a step of a few kernels always was) when it has no more operations than the
+cap, when ``top_ops`` is 0, when the ranking call fails, or when its operations' marks cover less than
+:data:`SEEN_SHARE` of the call's own pair: then most kernels run outside ATen operations (a CUDA graph replay,
+torch.compile's Triton kernels, an extension's own launches) and a choice among the operations would miss them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Default of ``gpuperf_ncu_top_ops``: at most this many operations of a step are profiled.
+DEFAULT_TOP_OPS = 24
+#: The chosen operations stop growing once they cover this share of the operations' device time.
+COVERAGE = 0.9
+#: Below this share of the step's own device time seen inside ATen operations, the whole step is captured.
+SEEN_SHARE = 0.5
+
+#: A clock of the ranking call: ``mark()`` returns an opaque mark, ``seconds(a, b)`` the device seconds between two.
+Mark = Callable[[], Any]
+Seconds = Callable[[Any, Any], float]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The operations of one step whose kernels a capture window profiles (none chosen: the whole step)."""
+
+    #: Indexes of the chosen operations in the step's call order; empty for the whole step.
+    chosen: frozenset[int]
+    #: Every operation's name in call order (the capture call is checked against it).
+    names: tuple[str, ...] = ()
+    #: The chosen operations' share of the operations' device time in the ranking call (1.0: the whole step).
+    share: float = 1.0
+    #: Why the whole step is captured ("" when operations were chosen).
+    reason: str = ""
+
+    @property
+    def whole_step(self) -> bool:
+        """True when the window holds every kernel of the step."""
+        return not self.chosen
+
+    def facts(self) -> dict[str, object]:
+        """What the manifest keeps of the choice (the parent's report shows it)."""
+        if self.whole_step:
+            return {"ops": len(self.names), "whole_step": self.reason}
+        return {"ops": len(self.names), "profiled_ops": len(self.chosen), "op_share": round(self.share, 4)}
+
+
+def choose(durations: Sequence[float], top_ops: int, coverage: float = COVERAGE) -> tuple[list[int], float]:
+    """The indexes (in call order) of the longest operations, at most ``top_ops``, stopping once they cover
+    ``coverage`` of the total; and the share they cover."""
+    total = sum(max(d, 0.0) for d in durations)
+    chosen: list[int] = []
+    covered = 0.0
+    for index in sorted(range(len(durations)), key=lambda i: -durations[i]):
+        if len(chosen) >= top_ops or (total > 0 and covered >= coverage * total):
+            break
+        chosen.append(index)
+        covered += max(durations[index], 0.0)
+    return sorted(chosen), (covered / total if total > 0 else 1.0)
+
+
+def decide(names: Sequence[str], durations: Sequence[float], whole: float, top_ops: int) -> Selection:
+    """The :class:`Selection` of a ranked call: ``durations`` per operation, ``whole`` the call's own seconds."""
+    seen = sum(max(d, 0.0) for d in durations)
+    if top_ops <= 0:
+        return Selection(frozenset(), tuple(names), reason="gpuperf_ncu_top_ops = 0: every kernel")
+    if len(names) <= top_ops:
+        return Selection(frozenset(), tuple(names), reason=f"{len(names)} operation(s), within the cap of {top_ops}")
+    if whole > 0 and seen < SEEN_SHARE * whole:
+        return Selection(
+            frozenset(),
+            tuple(names),
+            reason=f"its ATen operations ran {seen / whole:.0%} of its device time (graph replays or kernels "
+            "launched outside ATen); every kernel is profiled",
+        )
+    chosen, share = choose(durations, top_ops)
+    return Selection(frozenset(chosen), tuple(names), share)
+
+
+def rank_step(
+    step: Callable[[], object], top_ops: int, mark: Mark, seconds: Seconds, sync: Callable[[], None]
+) -> Selection:
+    """Call ``step`` once with a clock pair around each ATen operation and decide what the window profiles.
+
+    A failing ranking call (an operation the dispatch mode cannot pass through) captures the whole step.
+    """
+    mode = _timed_mode(mark)
+    try:
+        before = mark()
+        with mode:
+            step()
+        after = mark()
+        sync()
+        durations = [seconds(a, b) for a, b in mode.pairs]
+        whole = seconds(before, after)
+    except Exception as exc:  # noqa: BLE001 - any failure: fall back to the whole step, saying why
+        return Selection(frozenset(), reason=f"ranking its operations failed ({type(exc).__name__}: {exc})")
+    return decide(mode.names, durations, whole, top_ops)
+
+
+def windowed_call(
+    step: Callable[[], object], selection: Selection, start: Callable[[], None], stop: Callable[[], None]
+) -> int:
+    """Call ``step`` with ``start()`` / ``stop()`` around each chosen operation; the number of operations whose
+    name differs from the ranking call's at the same place (0: the same calls in the same order)."""
+    mode = _windowed_mode(selection, start, stop)
+    with mode:
+        step()
+    return mode.differing
+
+
+def _timed_mode(mark: Mark) -> Any:
+    """A dispatch mode that keeps a clock pair around every ATen operation it sees, and the operation's name."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Timed(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pairs: list[tuple[Any, Any]] = []
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            begin = mark()
+            out = func(*args, **(kwargs or {}))
+            self.pairs.append((begin, mark()))
+            self.names.append(str(func))
+            return out
+
+    return Timed()
+
+
+def _windowed_mode(selection: Selection, start: Callable[[], None], stop: Callable[[], None]) -> Any:
+    """A dispatch mode that starts the profiler before each chosen operation and stops it after."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Windowed(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.index = 0
+            self.differing = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            index, self.index = self.index, self.index + 1
+            if index < len(selection.names) and selection.names[index] != str(func):
+                self.differing += 1
+            if index not in selection.chosen:
+                return func(*args, **(kwargs or {}))
+            start()
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                stop()
+
+    return Windowed()
