@@ -142,6 +142,8 @@ def bounded(check: Callable[[Any, str], int | float], name: str, high: float) ->
 
 def _process_spread(value: Any, entry: dict[str, Any]) -> None:
     spread = non_negative_number(value, "process_spread")
+    if entry.get("kind") == "host" and spread <= NOISE_FIGURE_LIMIT:
+        return  # a host overhead's spread only narrows its gains (judging.gains): it excuses no slowdown
     if spread > PROCESS_SPREAD_LIMIT:
         raise NumberError(
             f"process_spread must be <= {PROCESS_SPREAD_LIMIT:g}, got {spread!r}: the recording's processes differ "

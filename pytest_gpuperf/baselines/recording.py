@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pytest_gpuperf.baselines.update import BaselineUpdater, Entries
 from pytest_gpuperf.judging.gate import Gate
-from pytest_gpuperf.judging.replication import combine, default_processes, is_timing, noise_facts, same_state
+from pytest_gpuperf.judging.replication import combine, default_processes, noise_facts, same_state, spread_recorded
 from pytest_gpuperf.judging.sink import FreshRuns, Lookup, Sink
 from pytest_gpuperf.results import Metric, Verdict
 
@@ -103,12 +103,13 @@ class Recorder(Sink):
     def merge(
         self, lookup: Lookup, verdicts: list[Verdict], runs: list[dict[str, Metric]], include_main: bool = True
     ) -> list[Verdict]:
-        """Each timing metric from this and the fresh processes' measurements (``include_main`` False: from the
-        fresh ones alone), held again; the test's verdicts with the merged metrics."""
+        """Each timing metric and host overhead from this and the fresh processes' measurements, the median
+        process's (``include_main`` False: from the fresh ones alone), held again; the test's verdicts with the
+        merged metrics."""
         merged, timing = [], []
         for verdict in verdicts:
             metric = verdict.metric
-            if is_timing(metric) and any(metric.name in run for run in runs):  # others' merged facts kept
+            if spread_recorded(metric) and any(metric.name in run for run in runs):  # others' merged facts kept
                 others = [run[metric.name] for run in runs if metric.name in run]
                 metric = combine(metric, others, verdict.tolerance or 0, include_main)
             merged.append(Verdict(metric, verdict.status, tolerance=verdict.tolerance))
@@ -140,7 +141,7 @@ class Recorder(Sink):
 def _note_single_process(verdict: Verdict) -> None:
     """A recorded timing metric's noise facts from its own process (replaced when fresh processes add theirs)."""
     metric = verdict.metric
-    if is_timing(metric) and "processes" not in metric.extra:
+    if spread_recorded(metric) and "processes" not in metric.extra:
         precision = metric.extra.get("precision")
         within = float(precision) if isinstance(precision, (int, float)) else 0.0
         metric.extra.update(noise_facts([float(metric.value)], within, verdict.tolerance or 0.0))

@@ -10,6 +10,10 @@ from typing import Any
 
 #: An SM clock this much off the baseline's (relative) is another machine state: time and cycles both decide.
 CLOCK_CHANGE = 0.03
+#: The doubt of a timing verdict whose clock band straddles its tolerance: the work changed by between two readings,
+#: one past it and one not. A fresh process reads its own band, and two that agree past the tolerance decide
+#: (:mod:`pytest_gpuperf.judging.agreement`); alone it stays inconclusive.
+CLOCK = "clock"
 #: Bound classes whose time does not follow the SM clock.
 NOT_SM_CLOCKED = ("memory-bound",)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pytest_gpuperf.judging.clock_facts import CLOCK_CHANGE, follows_sm_clock
+from pytest_gpuperf.judging.clock_facts import CLOCK, CLOCK_CHANGE, follows_sm_clock
 from pytest_gpuperf.judging.ratio_rule import worse_ratio
 from pytest_gpuperf.results import KIND_CYCLES, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.units import format_change
@@ -157,6 +157,7 @@ def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_m
         return work, status_of(work, low, high, metric.better, tolerance)
 
     changes, status = across_band(band, judge_at)
+    ends = [at_exponent(r, run_mhz / base_mhz, a, metric.better) for a in band for r in (low_ci, high_ci)]
     exponents, changed = band_words(band, changes)
     evidence = (
         f"{metric.label()} {format_change(ratio)} at SM clock {run_mhz:.0f} MHz (baseline {base_mhz:.0f} MHz); "
@@ -165,17 +166,9 @@ def _on_band(verdict: Verdict, band: tuple[float, float], run_mhz: float, base_m
     )
     metric.extra["judged_on"] = "time+clock exponent"
     metric.extra["work_change"] = [round(c, 4) for c in changes]
+    metric.extra["work_interval"] = [round(min(ends), 4), round(max(ends), 4)]  # each end's own 95% interval too
     if status is None:
-        return replace(
-            verdict,
-            status="inconclusive",
-            suspected="regression",
-            doubt="machine",
-            message=(
-                f"{evidence} on {where}: inconclusive, the SM clock moved and that range straddles the tolerance; "
-                "lock the GPU's clocks on this runner or compare with --gpuperf-ab"
-            ),
-        )
+        return _straddles(verdict, "regression", f"{evidence} on {where}", "that range straddles the tolerance")
     return replace(verdict, status=status, message=f"{evidence}: {BAND_AGREED[status]} on {where}")
 
 
@@ -190,13 +183,16 @@ def on_cycles(
 
     None when the clock did not move, the step is memory-bound, or either side has no cycles (an old
     baseline, no NVML): the machine rule then says what the evidence allows. Otherwise :func:`bracket` decides,
-    and a straddle is inconclusive (doubt ``machine``: another run on this GPU state cannot clear it).
+    and a straddle is inconclusive (doubt ``clock``: alone it cannot decide; a fresh process that reads the change
+    past the tolerance too decides with it, :mod:`pytest_gpuperf.judging.agreement`).
     """
     from pytest_gpuperf.judging.compare import judge
 
     metric = verdict.metric
     if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or verdict.status not in JUDGED:
         return None
+    for key in ("judged_on", "work_change", "work_interval", "cycles_change"):
+        metric.extra.pop(key, None)  # another judgement's facts (a replica judged its own metric before)
     if not clock_changed(metric, entry, verdict.tolerance):
         return None
     if not follows_sm_clock(metric.extra.get("bound")) or metric.extra.get("throttled"):
@@ -220,19 +216,36 @@ def on_cycles(
     )
     metric.extra["judged_on"] = "time+cycles"
     metric.extra["cycles_change"] = by_cycles.ratio
+    metric.extra["work_interval"] = _between(verdict, by_cycles)
     status = bracket(verdict.status, by_cycles.status)
     if status is None:
-        return replace(
-            verdict,
-            status="inconclusive",
-            suspected=verdict.status if verdict.status == "regression" else by_cycles.status,
-            doubt="machine",
-            message=(
-                f"{evidence} on {where}: inconclusive, the SM clock moved and the work changed by between the two, "
-                "which straddles the tolerance; lock the GPU's clocks on this runner or compare with --gpuperf-ab"
-            ),
-        )
+        suspected = verdict.status if verdict.status == "regression" else by_cycles.status
+        between = "the work changed by between the two, which straddles the tolerance"
+        return _straddles(verdict, suspected, f"{evidence} on {where}", between)
     return replace(verdict, status=status, message=f"{evidence}: {AGREED[status]} on {where}")
+
+
+def _between(verdict: Verdict, by_cycles: Verdict) -> list[float]:
+    """The change of the work from the time's and the cycles' 95% intervals together, in the timing metric's own
+    direction (a throughput's cycles read inverted): the work changed by somewhere between them."""
+    ends = [*(verdict.ci or ()), float(verdict.ratio or 1.0)]
+    for cycles in [*(by_cycles.ci or ()), float(by_cycles.ratio or 1.0)]:
+        ends.append(worse_ratio(cycles, verdict.metric.better))  # cycles are lower-better: the same orientation
+    return [round(min(ends), 4), round(max(ends), 4)]
+
+
+def _straddles(verdict: Verdict, suspected: str, evidence: str, what: str) -> Verdict:
+    """``verdict`` inconclusive because the clock moved and the work's change straddles the tolerance (doubt
+    :data:`~pytest_gpuperf.judging.clock_facts.CLOCK`: a fresh process's reading may agree past it)."""
+    reason = f"the SM clock moved and {what}; lock the GPU's clocks on this runner or compare with --gpuperf-ab"
+    return replace(
+        verdict,
+        status="inconclusive",
+        suspected=suspected,
+        doubt=CLOCK,
+        reason=reason,
+        message=f"{evidence}: inconclusive, {reason}",
+    )
 
 
 #: What the two ends of the exponent band said together, by the status :func:`bracket` gave.

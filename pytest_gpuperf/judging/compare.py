@@ -12,6 +12,8 @@
 * categories (the memory-/compute-/latency-bound verdict): any change fails;
 * counted work (FLOPs, bytes per step): less work beyond counting noise is an improvement, more work fails
   (:mod:`pytest_gpuperf.judging.work`);
+* a noisy metric (host overhead, host-CPU times) improves only beyond the spread between the baseline's processes
+  (:mod:`pytest_gpuperf.judging.gains`), as a regression must be confirmed in a fresh process;
 * custom metrics: the point value against the tolerance in the metric's ``better`` direction
   (:mod:`pytest_gpuperf.judging.ratio_rule`, the rule the A/B judge shares).
 """
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpuperf.judging.gains import WITHIN_SPREAD, gain_doubt
 from pytest_gpuperf.judging.ratio_rule import point_status, value_ratio, within_memory_slack, worse_ratio
 from pytest_gpuperf.results import KIND_CATEGORY, KIND_WORK, SAMPLED_KINDS, Metric, Verdict
 from pytest_gpuperf.stats import judged_quantile
@@ -131,6 +134,12 @@ def _judge_samples(metric: Metric, entry: dict[str, Any], tolerance: float, wher
     if isinstance(slack, (int, float)) and status != "unchanged" and abs(float(metric.value) - base_value) <= slack:
         status = "unchanged"  # a change below the metric's absolute slack (host overhead hidden behind the device)
         extra += f"; within {format_value(slack, metric.unit)} of it"
+    metric.extra.pop(WITHIN_SPREAD, None)  # an earlier judgement's note
+    if status == "improvement":
+        doubt = gain_doubt(metric, entry, (shown.low, shown.high))
+        if doubt:  # a noisy metric's gain inside the spread between processes: one fast process reads as much
+            status, extra = "unchanged", f"{extra}; {doubt}"
+            metric.extra[WITHIN_SPREAD] = doubt
     if metric.extra.get("budget_exhausted"):
         extra += f"; undecided when the {metric.extra.get('measure_seconds', '?')} s budget ran out"
     return Verdict(

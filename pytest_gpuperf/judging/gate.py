@@ -84,7 +84,8 @@ class Gate(Sink):
             if elsewhere and again_verdict.status == (verdict.suspected or verdict.status):
                 out.append(inconclusive(verdict, f"{where} agreed, but there {elsewhere}", MACHINE))
                 continue
-            out.append(reconcile(verdict, again_verdict, where=where, node_id=lookup.node_id))
+            entry = entries.get(metric.name)
+            out.append(reconcile(verdict, again_verdict, where=where, node_id=lookup.node_id, entry=entry))
         return out
 
     def second_look(
@@ -149,15 +150,20 @@ def suspects(verdicts: list[Verdict]) -> list[Verdict]:
     """Suspected time/throughput regressions: measured again (in a fresh process when possible) before failing.
 
     Also those made inconclusive only by their run's conditions (unsettled, contended) or by a host speed state
-    a fresh process may not share (:data:`~pytest_gpuperf.judging.evidence.CLEARABLE`): another run may clear them.
+    a fresh process may not share (:data:`~pytest_gpuperf.judging.evidence.CLEARABLE`): another run may clear them;
+    and those whose clock band straddled the tolerance (doubt ``clock``): a fresh process that reads the change past
+    it too decides with them (:mod:`pytest_gpuperf.judging.agreement`).
     """
+    from pytest_gpuperf.judging.clock_facts import CLOCK
     from pytest_gpuperf.judging.evidence import CLEARABLE
+    from pytest_gpuperf.judging.work import WORKLOAD
 
     return [
         v
         for v in verdicts
         if v.metric.kind in (KIND_TIME, KIND_THROUGHPUT, KIND_HOST)
-        and (v.status == "regression" or (v.suspected == "regression" and v.doubt in CLEARABLE))
+        and not v.metric.extra.get(WORKLOAD)  # a changed workload fails on its counted work, whatever its time reads
+        and (v.status == "regression" or (v.suspected == "regression" and v.doubt in (*CLEARABLE, CLOCK)))
     ]
 
 

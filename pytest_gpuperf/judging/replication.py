@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from pytest_gpuperf.judging.sink import FreshRuns
-from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
+from pytest_gpuperf.results import KIND_HOST, KIND_THROUGHPUT, KIND_TIME, Metric, Verdict
 from pytest_gpuperf.stats import log_sigma, min_detectable_change, noise_bound, process_spread
 from pytest_gpuperf.units import format_change
 from pytest_gpuperf.validate import number_or_none
@@ -42,6 +42,13 @@ def is_timing(metric: Metric) -> bool:
     return metric.kind in (KIND_TIME, KIND_THROUGHPUT) and isinstance(metric.value, (int, float))
 
 
+def spread_recorded(metric: Metric) -> bool:
+    """True for the metrics a recording stores from its median process with the spread between processes: the
+    timings (:func:`is_timing`) and a CUDA step's host overhead, whose gains are judged against that spread
+    (:mod:`pytest_gpuperf.judging.gains`), so that a fast process is neither stored nor reported as a gain."""
+    return is_timing(metric) or (metric.kind == KIND_HOST and isinstance(metric.value, (int, float)))
+
+
 def noise_facts(values: list[float], precision: float, tolerance: float) -> dict[str, float | int]:
     """``process_spread``, ``processes``, ``min_detectable_change`` and ``noise_bound`` of one metric."""
     sigma = log_sigma(values, precision)
@@ -60,7 +67,7 @@ def combine(main: Metric, others: list[Metric], tolerance: float, include_main: 
     ``include_main`` False leaves this process's own measurement out (it ran in another speed state of the host,
     :func:`same_state`); the stored metric then comes from the others alone.
     """
-    timed = [m for m in others if is_timing(m)]
+    timed = [m for m in others if spread_recorded(m)]
     every = [main, *timed] if include_main or not timed else timed
     ordered = sorted(every, key=lambda m: float(m.value))
     chosen = ordered[(len(ordered) - 1) // 2]
@@ -96,6 +103,8 @@ def tolerance_warning(metric: Metric, node_id: str = "") -> str | None:
     bound, tolerance = metric.extra.get("noise_bound"), metric.tolerance
     if not metric.judged or metric.extra.get("baseline_kept") or not isinstance(tolerance, (int, float)):
         return None
+    if not is_timing(metric):
+        return None  # a host overhead's spread only narrows its gains (judging.gains), it never excuses a slowdown
     spread = metric.extra.get("process_spread", 0.0)
     processes = metric.extra.get("processes", 1)
     if isinstance(spread, (int, float)) and spread > tolerance:
@@ -117,9 +126,21 @@ def tolerance_warning(metric: Metric, node_id: str = "") -> str | None:
 
 
 def reconcile(
-    first: Verdict, confirmation: Verdict | None, note: str = "", where: str = "a fresh process", node_id: str = ""
+    first: Verdict,
+    confirmation: Verdict | None,
+    note: str = "",
+    where: str = "a fresh process",
+    node_id: str = "",
+    entry: dict[str, Any] | None = None,
 ) -> Verdict:
-    """The verdict after a confirmation: agreeing keeps it, disagreeing makes it inconclusive."""
+    """The verdict after a confirmation: agreeing keeps it, disagreeing makes it inconclusive.
+
+    Where neither reading alone decided (the confirmation's own status differs, or the first's clock band
+    straddled), two fresh processes that both read the change past the tolerance decide together
+    (:func:`pytest_gpuperf.judging.agreement.agreed`, which reads ``entry``'s spread between processes).
+    """
+    from pytest_gpuperf.judging.agreement import agreed
+    from pytest_gpuperf.judging.clock_facts import CLOCK
     from pytest_gpuperf.judging.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
 
     if confirmation is None:
@@ -127,7 +148,12 @@ def reconcile(
         return replace(first, message=f"{first.message}; not confirmed in {where}{why}")
     suspected = first.suspected or first.status
     change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
-    if confirmation.status != suspected:
+    if confirmation.status != suspected or first.doubt == CLOCK:
+        together = agreed(first, confirmation, entry, where, node_id)
+        if together is not None:
+            return together
+        if first.doubt == CLOCK:  # the first read a straddle: one more reading alone does not decide it
+            return replace(first, message=f"{first.message}; {where} measured {change} ({confirmation.status})")
         return inconclusive(first, disagreement_reason(first, confirmation, where, node_id), CONFIRMATION)
     if first.status == "inconclusive":  # the first run's conditions were doubtful: the confirmation must be clean
         doubt = conditions_reason(confirmation.metric.extra)

@@ -12,10 +12,11 @@ for the same code (a dispatch-mode count, or the test's own hints), so a change 
 * **more work** (redundant work, or a workload grown on purpose): ``changed``, which fails, saying first how much
   more the step does (``the step now does 2x the work (bytes per step 13.01 MiB -> 26.02 MiB)``).
 
-The step's time and throughput verdicts are judged as usual beside it, their messages saying the work moved
-(``throughput -19.5% ...; with +38.0% bytes per step: the step does more work``), so a slowdown that came
-with the extra work is reported, never filed as inconclusive (:func:`explain_timing`). Work verdicts judge on
-every machine: another machine's speed does not change what a step counts.
+The step's time and throughput verdicts say the work moved beside their own change. A slowdown past the tolerance
+that came with more work is a changed workload that fails with its size (``throughput -19.5% with +38.4% bytes per
+step: the step does more work, a changed workload``), never an inconclusive timing; any other timing verdict is
+judged as usual, its message saying how the work moved (:func:`explain_timing`). Work verdicts judge on every
+machine: another machine's speed does not change what a step counts.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_gpuperf.results import KIND_THROUGHPUT, KIND_TIME, KIND_WORK, Metric, Verdict
+from pytest_gpuperf.units import format_change
 
 #: Relative difference of two counts that is counting noise (rounding to 6 digits), not another workload.
 WORK_TOLERANCE = 0.01
 #: Last part of the work metrics' names, with their units.
 FLOPS, BYTES = "flops_per_step", "bytes_per_step"
 WORK_UNITS = {FLOPS: "FLOP", BYTES: "B"}
-#: The doubt an inconclusive timing verdict carries when its step's work changed.
-WORK = "work"
+#: The key of a timing metric's ``extra`` that tags its verdict as a changed workload: how the counted work moved
+#: (``+38.4% bytes per step``). Such a verdict fails with the work, and no confirmation is spent on it.
+WORKLOAD = "workload_change"
 RERECORD = "pytest --gpuperf --gpuperf-update"
 
 
@@ -110,29 +113,50 @@ def unrecorded(metric: Metric) -> Verdict:
 
 
 def explain_timing(verdicts: list[Verdict]) -> list[Verdict]:
-    """Verdicts of steps whose counted work moved: the failing work verdict first, and each time/throughput
-    verdict of the step still judged, its message saying how the work moved (module doc)."""
-    from pytest_gpuperf.judging.evidence import JUDGED
-    from pytest_gpuperf.units import format_change
+    """Verdicts of steps whose counted work moved: the failing work verdict first, each time/throughput verdict of
+    the step saying how the work moved beside its own change (module doc).
 
-    moved: dict[str, list[str]] = {}
+    More work with a time or throughput that reads worse past its tolerance is a changed workload: a
+    ``regression`` tagged :data:`WORKLOAD` that says how much slower the step is and why (``throughput -19.5% with
+    +38.4% bytes per step: the step does more work``), whatever another rule doubted about the timing alone (the
+    baseline measured another workload, so its noise rules do not apply to it). Less work leaves the timing
+    verdict to its own rules: a slower step that does less work is a regression of the code itself.
+    """
+    moved: dict[str, tuple[list[str], bool]] = {}
+    for verdict in verdicts:
+        verdict.metric.extra.pop(WORKLOAD, None)  # an earlier judgement's tag (the same metrics judged again)
     for verdict in verdicts:
         step, _, last = verdict.metric.name.rpartition(".")
         if verdict.metric.kind == KIND_WORK and verdict.status in ("changed", "improvement") and last in WORK_UNITS:
             ratio = verdict.ratio
             change = format_change(ratio) if ratio is not None else "from none"
-            more = ratio is None or ratio > 1.0
-            moved.setdefault(step, []).append(
-                f"{change} {verdict.metric.label()}: the step does {'more' if more else 'less'} work"
-            )
+            changes, more = moved.get(step, ([], False))
+            moved[step] = ([*changes, f"{change} {verdict.metric.label()}"], more or ratio is None or ratio > 1.0)
     if not moved:
         return verdicts
-    out = []
-    for verdict in verdicts:
-        step = verdict.metric.name.rpartition(".")[0]
-        timing = verdict.metric.kind in (KIND_TIME, KIND_THROUGHPUT)
-        if timing and step in moved and verdict.status in JUDGED and verdict.message:
-            verdict = replace(verdict, message=f"{verdict.message}; with {'; '.join(moved[step])}")
-        out.append(verdict)
+    out = [_with_work(v, *moved[step]) if (step := v.metric.name.rpartition(".")[0]) in moved else v for v in verdicts]
     # The headline names a step's extra work first, the slowdown that came with it beside it.
     return sorted(out, key=lambda v: not (v.metric.kind == KIND_WORK and v.status == "changed"))
+
+
+def _with_work(verdict: Verdict, changes: list[str], more: bool) -> Verdict:
+    """One verdict of a step whose work moved by ``changes`` (``more``: it does more work): see
+    :func:`explain_timing`."""
+    from pytest_gpuperf.judging.evidence import JUDGED
+    from pytest_gpuperf.judging.ratio_rule import worse_ratio
+
+    metric = verdict.metric
+    if metric.kind not in (KIND_TIME, KIND_THROUGHPUT) or not verdict.message:
+        return verdict
+    work = " and ".join(changes)
+    does = f"the step does {'more' if more else 'less'} work"
+    ratio, tolerance = verdict.ratio, verdict.tolerance or 0.0
+    slower = isinstance(ratio, (int, float)) and ratio > 0 and worse_ratio(ratio, metric.better) > 1.0 + tolerance
+    if more and slower and verdict.status in (*JUDGED, "inconclusive"):
+        metric.extra[WORKLOAD] = work
+        head = verdict.message.split(": inconclusive, ", 1)[0]  # the numbers, not a doubt about another workload
+        message = f"{metric.label()} {format_change(float(ratio))} with {work}: {does}, a changed workload; {head}"
+        return replace(verdict, status="regression", suspected="", doubt="", reason="", message=message)
+    if verdict.status in JUDGED:
+        return replace(verdict, message=f"{verdict.message}; with {work}: {does}")
+    return verdict

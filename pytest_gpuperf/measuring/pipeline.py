@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_gpuperf.judging.agreement import IN_PROCESS
 from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric
 
 if TYPE_CHECKING:
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
     from pytest_gpuperf.results import Verdict
     from pytest_gpuperf.timing import TimingResult
     from pytest_gpuperf.timing.calibration import Calibration
-
-#: Where an in-process confirmation measured (said in the reconciled verdict).
-IN_PROCESS = "a second measurement in this process"
 
 
 @dataclass(frozen=True)
