@@ -152,7 +152,6 @@ OPTIONS: list[tuple[Any, ...]] = [
     ),
 ]
 
-
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Declare the hooks feature plugins implement (:mod:`pytest_gpuperf.hookspecs`)."""
     from pytest_gpuperf import hookspecs

@@ -61,6 +61,7 @@ def samples_agree(value: list[Any], entry: dict[str, Any]) -> None:
         )
 
 
+
 def worse(before: float, after: float, better: str) -> bool:
     """True when ``after`` is worse than ``before`` in the direction ``better`` (any change for ``equal``)."""
     return after > before if better == "lower" else (after < before if better == "higher" else after != before)

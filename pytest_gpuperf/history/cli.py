@@ -38,19 +38,10 @@ def history_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", action="append", default=[], metavar="PATTERN", help="metrics to show")
     parser.add_argument("--device", action="append", default=[], metavar="PATTERN", help="devices (file stems)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance of a change point")
-    parser.add_argument(
-        "--min-change",
-        type=float,
-        default=0.01,
-        metavar="FRACTION",
-        help="smallest step reported as a change point (default 0.01)",
-    )
-    parser.add_argument(
-        "--creep-tolerance",
-        type=float,
-        metavar="FRACTION",
-        help="drift flagged as creep (default: twice the metric's default tolerance)",
-    )
+    parser.add_argument("--min-change", type=float, default=0.01, metavar="FRACTION",
+                        help="smallest step reported as a change point (default 0.01)")
+    parser.add_argument("--creep-tolerance", type=float, metavar="FRACTION",
+                        help="drift flagged as creep (default: twice the metric's default tolerance)")
     parser.add_argument("--changed-only", action="store_true", help="only series with a change point or creep")
     parser.add_argument("--fail-on-creep", action="store_true", help="exit 1 when a series creeps")
     parser.add_argument("--json", metavar="PATH", help="write the series as JSON (- for stdout)")
@@ -79,8 +70,7 @@ def history(argv: list[str]) -> int:
         points, notes = report_points(reports.glob("*.json"))
         series = merged(series, points)
     chosen = [
-        s
-        for s in series
+        s for s in series
         if _matches(s.test, args.test) and _matches(s.metric, args.metric) and _matches(s.device, args.device)
     ]
     findings = [analyse(s, alpha=args.alpha, min_change=args.min_change, creep=args.creep_tolerance) for s in chosen]

@@ -73,10 +73,8 @@ def write_plots(findings: list[Finding], directory: Path) -> list[Path]:
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
         s = finding.series
         caption = html.escape(f"{s.test} · {s.metric} · {s.device} · change points: {step_text(finding)}")
-        sections.append(
-            f'<figure><img src="data:image/png;base64,{encoded}" alt="{caption}"><figcaption>'
-            f"{caption}</figcaption></figure>"
-        )
+        sections.append(f'<figure><img src="data:image/png;base64,{encoded}" alt="{caption}"><figcaption>'
+                        f"{caption}</figcaption></figure>")
     page = directory / "index.html"
     write_text(
         str(page),

@@ -91,14 +91,8 @@ def as_json(findings: list[Finding], notes: list[str]) -> dict[str, Any]:
                 "better": s.better,
                 "kind": s.kind,
                 "points": [
-                    {
-                        "commit": p.commit,
-                        "date": p.date,
-                        "value": p.value,
-                        "spread": p.spread,
-                        "source": p.source,
-                        "subject": p.subject,
-                    }
+                    {"commit": p.commit, "date": p.date, "value": p.value, "spread": p.spread, "source": p.source,
+                     "subject": p.subject}
                     for p in s.points
                 ],
                 "change_points": [

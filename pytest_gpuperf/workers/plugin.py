@@ -120,8 +120,6 @@ def pytest_gpuperf_report_sections(item: pytest.Item) -> list[ReportSection] | N
     from pytest_gpuperf.procs.cpu_lock import workers
 
     return [ReportSection("workers", properties=((SERIALISED_PROPERTY, str(workers())),), junit=False)]
-
-
 #: Seconds between two looks at the controller from an xdist worker.
 CONTROLLER_POLL = 0.25
 

@@ -98,3 +98,4 @@ def capture(step: Callable[[], object], iters: int) -> tuple[GraphTimer | None, 
                 pass
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return GraphTimer(graph, iters), ""
+
