@@ -60,7 +60,7 @@ def test_time_and_cycles_that_straddle_the_tolerance_are_inconclusive_never_a_pa
     time, cycles = _at(1650, 1.10, 3)
     assert abs(time.value / _entries(1485)["step.time"]["value"] - 1.0) < 0.03
     verdict = _judge(tmp_path, [time, cycles], _entries(1485))[0]
-    assert verdict.status == "inconclusive" and verdict.suspected == "regression" and verdict.doubt == "machine"
+    assert verdict.status == "inconclusive" and verdict.suspected == "regression" and verdict.doubt == "clock"
     assert "straddles the tolerance" in verdict.message and "--gpuperf-ab" in verdict.message
 
 
@@ -263,7 +263,7 @@ def test_unchanged_work_at_a_higher_clock_passes_over_the_exponent_band(tmp_path
 def test_a_fit_too_loose_to_narrow_the_band_leaves_a_straddle_inconclusive(tmp_path: Path) -> None:
     run = _gemm_run(1.038, 1650, (0.5, 0.4))  # band [0, 1]: the work changed by +3.8%..+21%
     verdict = _judge(tmp_path, [run], _gemm_baseline(1410, (0.4, 0.3)))[0]
-    assert verdict.status == "inconclusive" and verdict.doubt == "machine" and "straddles" in verdict.message
+    assert verdict.status == "inconclusive" and verdict.doubt == "clock" and "straddles" in verdict.message
 
 
 def test_a_fit_that_says_nothing_is_not_kept() -> None:

@@ -8,8 +8,8 @@ step's work changed by one amount, so up to each process's own speed it lies in 
 together in their intersection. They **agree past the tolerance** (:func:`agreement`) when
 
 * each one's point is past the tolerance;
-* together they exclude it: the intersection's lower end (when the intervals do not overlap, the lower of the two
-  lower ends) is past the tolerance;
+* together they exclude it: the intersection's lower end is past the tolerance (intervals apart by no more than
+  the recorded spread read the change between them; further apart, the processes contradict each other);
 * the baseline's spread between processes, recorded from at least :data:`MIN_PROCESSES` processes, is at most
   :data:`SPREAD_SHARE` of the tolerance.
 
@@ -107,13 +107,20 @@ class Agreement:
     why: str = ""
 
 
-def together(first: Reading, again: Reading) -> tuple[float, float]:
-    """What two readings of one change say together: their intersection, or, when they do not overlap (the
-    processes differ by more than their own intervals), the span between them."""
+def together(first: Reading, again: Reading, spread: float) -> tuple[float, float] | None:
+    """What two readings of one change say together (worse-oriented), or None when they contradict each other.
+
+    Overlapping, the change lies in their intersection. Apart by no more than ``spread`` (the baseline's spread
+    between processes: one process read a little high, the other a little low), it lies between them: from the
+    lower reading's high end to the higher reading's low end. Further apart, the two processes differ by more
+    than a process's own speed moves, and neither says what the change is.
+    """
     low, high = max(first.low, again.low), min(first.high, again.high)
     if low <= high:
         return low, high
-    return min(first.low, again.low), max(first.high, again.high)
+    if low / high - 1.0 <= spread:
+        return high, low
+    return None
 
 
 def agreement(first: Verdict, again: Verdict, entry: dict[str, Any] | None) -> Agreement | None:
@@ -123,12 +130,13 @@ def agreement(first: Verdict, again: Verdict, entry: dict[str, Any] | None) -> A
     decided or not.
     """
     one, two = reading(first), reading(again)
-    tolerance = first.tolerance or 0.0
+    tolerance, better = first.tolerance or 0.0, first.metric.better
     if one is None or two is None or min(one.point, two.point) <= 1.0 + tolerance:
         return None
-    low, high = together(one, two)
     spread = number_or_none((entry or {}).get("process_spread"))
     processes = number_or_none((entry or {}).get("processes")) or 1
+    both = together(one, two, spread or 0.0)
+    low, high = both or (min(one.low, two.low), max(one.high, two.high))
     why = ""
     if spread is None or processes < MIN_PROCESSES:
         why = f"the baseline was recorded from {processes:.0f} process(es), so how far a process's own speed moves "
@@ -138,8 +146,9 @@ def agreement(first: Verdict, again: Verdict, entry: dict[str, Any] | None) -> A
             f"the baseline's processes spread {spread:.1%} (from {processes:.0f}), more than "
             f"{SPREAD_SHARE:.0%} of the tolerance, so two processes are not enough"
         )
+    elif both is None:
+        why = f"the two lie further apart than the baseline's processes spread ({spread:.1%})"
     elif low <= 1.0 + tolerance:
-        better = first.metric.better
         why = f"together they read {_span(low, high, better)}, which straddles the tolerance"
     return Agreement(not why, one, two, low, high, why)
 
@@ -178,3 +187,27 @@ def agreed(
         f"processes with: {record}, lock the GPU's clocks on this runner, or compare with --gpuperf-ab"
     )
     return inconclusive(replace(first, message=head, reason=""), reason, CONFIRMATION)
+
+
+def apart(first: Verdict, again: Verdict, where: str, node_id: str = "") -> Verdict:
+    """The verdict when a first measurement and its confirmation in ``where`` do not agree past the tolerance:
+    inconclusive, saying which of them could not decide.
+
+    A first reading whose clock band straddled stays as it was, the confirmation's reading beside it; a
+    confirmation whose own band straddled says so and what would decide it (the clock, not the tolerance); a
+    confirmation that read the change within the tolerance disagrees
+    (:func:`~pytest_gpuperf.judging.evidence.disagreement_reason`).
+    """
+    from pytest_gpuperf.judging.evidence import CONFIRMATION, disagreement_reason, first_clause, inconclusive
+
+    read = reading(again)
+    words = read.words if read else format_change(again.ratio) if isinstance(again.ratio, (int, float)) else "?"
+    if first.doubt == CLOCK:  # one more reading alone does not decide a straddle
+        return replace(first, message=f"{first.message}; {where} read {words} ({again.status})")
+    if again.doubt == CLOCK:
+        reason = (
+            f"its confirmation in {where} read {words}, and {first_clause(again.reason)}; lock the GPU's clocks on "
+            "this runner or compare with --gpuperf-ab"
+        )
+        return inconclusive(first, reason, CONFIRMATION)
+    return inconclusive(first, disagreement_reason(first, again, where, node_id), CONFIRMATION)

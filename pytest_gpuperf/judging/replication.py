@@ -139,9 +139,9 @@ def reconcile(
     straddled), two fresh processes that both read the change past the tolerance decide together
     (:func:`pytest_gpuperf.judging.agreement.agreed`, which reads ``entry``'s spread between processes).
     """
-    from pytest_gpuperf.judging.agreement import agreed
+    from pytest_gpuperf.judging.agreement import agreed, apart
     from pytest_gpuperf.judging.clock_facts import CLOCK
-    from pytest_gpuperf.judging.evidence import CONFIRMATION, conditions_reason, disagreement_reason, inconclusive
+    from pytest_gpuperf.judging.evidence import conditions_reason
 
     if confirmation is None:
         why = f" ({note})" if note else ""
@@ -149,12 +149,7 @@ def reconcile(
     suspected = first.suspected or first.status
     change = format_change(confirmation.ratio) if isinstance(confirmation.ratio, (int, float)) else "?"
     if confirmation.status != suspected or first.doubt == CLOCK:
-        together = agreed(first, confirmation, entry, where, node_id)
-        if together is not None:
-            return together
-        if first.doubt == CLOCK:  # the first read a straddle: one more reading alone does not decide it
-            return replace(first, message=f"{first.message}; {where} measured {change} ({confirmation.status})")
-        return inconclusive(first, disagreement_reason(first, confirmation, where, node_id), CONFIRMATION)
+        return agreed(first, confirmation, entry, where, node_id) or apart(first, confirmation, where, node_id)
     if first.status == "inconclusive":  # the first run's conditions were doubtful: the confirmation must be clean
         doubt = conditions_reason(confirmation.metric.extra)
         if doubt:
