@@ -14,7 +14,8 @@ from pytest_gpuperf.context import build_context
 from pytest_gpuperf.judging.compare import judge
 from pytest_gpuperf.judging.replication import combine, tolerance_warning
 from pytest_gpuperf.judging.service import FixedBaselines, Judging
-from pytest_gpuperf.results import KIND_HOST, Metric
+from pytest_gpuperf.reporting.verdict_text import verdict_word
+from pytest_gpuperf.results import KIND_HOST, Metric, verdict_to_dict
 from pytest_gpuperf.stats import quantile
 from tests.test_judging import NODE, FakeBackend, settings
 from tests.test_verdicts import entry, samples, time_metric
@@ -47,6 +48,8 @@ def test_a_host_overhead_gain_within_the_spread_between_processes_is_unchanged_w
         verdict.message
     )
     assert verdict.metric.extra["within_spread"].startswith("within the spread")
+    word = verdict_word(verdict_to_dict(verdict))
+    assert word == "ok (within the spread between the baseline's 3 processes 0.087-12x)"
 
 
 def test_a_host_overhead_without_a_recorded_spread_never_reads_as_a_gain() -> None:

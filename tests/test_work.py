@@ -16,7 +16,7 @@ from pytest_gpuperf.judging.compare import judge
 from pytest_gpuperf.judging.gate import suspects
 from pytest_gpuperf.judging.service import FixedBaselines, Judging
 from pytest_gpuperf.judging.work import WORK_TOLERANCE, WORKLOAD, format_work, work_metrics
-from pytest_gpuperf.reporting.verdict_text import short_fact
+from pytest_gpuperf.reporting.verdict_text import short_fact, verdict_word
 from pytest_gpuperf.results import KIND_THROUGHPUT, Metric, verdict_to_dict
 from tests.test_judging import NODE, FakeBackend, settings
 from tests.test_verdicts import entry, samples, time_metric
@@ -179,6 +179,8 @@ def test_a_changed_workloads_slowdown_fails_with_its_size_whatever_another_rule_
         )
         assert ": inconclusive" not in timing.message and timing.metric.extra[WORKLOAD] == "+38.4% bytes per step"
         assert judging.failure_lines(NODE) == [work.message, timing.message]
+        word = verdict_word(verdict_to_dict(timing))
+        assert word.startswith("REGRESSION (a changed workload: +38.4% bytes per step; 95% CI -19.")
 
 
 def test_less_work_that_runs_slower_is_a_regression_of_the_code_and_is_confirmed(tmp_path: Path) -> None:

@@ -118,7 +118,12 @@ def why(verdict: dict[str, Any]) -> str:
 
     notes = []
     status = verdict.get("status")
-    if status == "inconclusive" and verdict.get("reason"):
+    extra = verdict.get("extra") or {}
+    if status == "regression" and extra.get("workload_change"):  # a slowdown that came with more counted work
+        notes.append(f"a changed workload: {extra['workload_change']}")
+    if status == "unchanged" and extra.get("within_spread"):  # a noisy metric's gain no process can tell apart
+        notes.append(first_clause(str(extra["within_spread"])))
+    elif status == "inconclusive" and verdict.get("reason"):
         notes.append(first_clause(str(verdict["reason"])))
     elif status == "changed" and verdict.get("kind") == "work":
         notes.append("the step does more work per step; if the test's workload grew on purpose, re-record")
@@ -136,7 +141,6 @@ def why(verdict: dict[str, Any]) -> str:
     elif status == "regression" and verdict.get("ci"):
         low, high = verdict["ci"]
         notes.append(f"95% CI {format_change(low)}..{format_change(high)}")
-    extra = verdict.get("extra") or {}
     if extra.get("budget_exhausted") and status != "info":  # an informational row decides nothing
         notes.append("time budget ran out")
     return "; ".join(notes)
