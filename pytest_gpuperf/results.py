@@ -79,7 +79,8 @@ class Verdict:
     tolerance: float | None = None
     message: str = ""
     #: For an inconclusive verdict: the status the numbers alone gave, and why they were doubted
-    #: (``conditions``: an unsettled or contended run, which a fresh process can clear; ``machine``,
+    #: (``conditions``: an unsettled or contended run, which a fresh process can clear; ``clock``: a clock band
+    #: that straddled the tolerance, which a fresh process that agrees past it decides; ``machine``,
     #: ``spread``, ``confirmation``, ``bound``: doubts another measurement cannot clear).
     suspected: str = ""
     doubt: str = ""
