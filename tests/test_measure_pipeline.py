@@ -133,6 +133,31 @@ def test_a_suspect_is_timed_again_with_the_same_plan_unless_a_fresh_process_conf
         assert verdict.status == "regression" and IN_PROCESS in verdict.message
 
 
+def test_a_straddling_clock_band_is_left_to_a_fresh_process_never_timed_again_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: a clock band that straddled is decided by two fresh processes that agree; a second measurement in
+    the same process says nothing about the process's own speed, so none is spent on it."""
+    from dataclasses import replace
+
+    plans: list[Any] = []
+    time = Stages.time
+    monkeypatch.setattr(Stages, "time", lambda self, plan, probes: plans.append(plan) or time(self, plan, probes))
+    handle, _, judging = _handle(tmp_path, {"step.time": time_entry(1e-4)})
+    judge = judging.judge
+
+    def straddling(context: Any, metrics: list[Any]) -> list[Any]:
+        return [
+            replace(v, status="inconclusive", suspected="regression", doubt="clock") if v.status == "regression" else v
+            for v in judge(context, metrics)
+        ]
+
+    monkeypatch.setattr(judging, "judge", straddling)
+    handle.measure(lambda: None, memory=False)
+    [verdict, *_] = judging.verdicts[NODE]
+    assert len(plans) == 1 and verdict.status == "inconclusive" and verdict.doubt == "clock"
+
+
 def test_without_gpuperf_the_step_runs_once_and_nothing_is_planned() -> None:
     backend = ProbedBackend()
     handle = GpuPerf(build_context(NODE, backend, {}))  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_gpuperf.judging.agreement import IN_PROCESS
+from pytest_gpuperf.judging.clock_facts import CLOCK
 from pytest_gpuperf.results import KIND_MEMORY, KIND_THROUGHPUT, KIND_TIME, Metric
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ class Stages:
             plan, changed = recalibrated(plan, metrics)
             if changed:  # a suspect judged with this moment's calibration
                 verdicts = self.judging.judge(self.context, metrics)
-        if confirm_here and self.judging.wants_confirmation(verdicts):
+        # A clock band that straddled is decided by a fresh process's agreement, never by a second measurement here.
+        if confirm_here and self.judging.wants_confirmation([v for v in verdicts if v.doubt != CLOCK]):
             again = self.retime(plan, probes)
             verdicts = self.judging.confirm(self.context, verdicts, again, where=IN_PROCESS)
         self.judging.store(self.context, verdicts)
