@@ -103,6 +103,30 @@ def test_on_several_ranks_the_window_leaves_the_collectives_out() -> None:
     assert peers.chosen == NO_OPERATION and "RuntimeError" in str(peers.facts()["nothing_profiled"])
 
 
+def test_each_process_is_cut_at_its_own_markers_whatever_order_ncu_lists_the_processes_in() -> None:
+    """ncu may list the rank's kernels before the child's though the child's first window opened first."""
+    from pytest_gpuperf.profiling.ncu_capture import split_windows
+    from pytest_gpuperf.profiling.ncu_parse import KernelRecord, parse_raw
+
+    assert {k.process for k in parse_raw((DATA / "h200_linear_fp16_step_raw.csv").read_text())} == {"1222"}
+
+    def kernel(name: str, process: str) -> KernelRecord:
+        return KernelRecord(0, name, 1e-6, 50.0, 50.0, 10.0, process=process)
+
+    marker = "void at::cuda::<unnamed>::spin_kernel(long)"
+    listed = [kernel(marker, "20"), kernel("rank_gemm", "20"), kernel(marker, "10"), kernel("first", "10")]
+    listed += [kernel(marker, "10"), kernel("third", "10")]
+    manifest = [("a", "step", 0), ("fsdp", "step", 0), ("c", "step", 0)]
+    windows = split_windows(listed, manifest, [10, 20, 10])
+    assert {key: [k.name for k in found] for key, found in windows.items()} == {
+        ("a", "step", 0): ["first"],
+        ("fsdp", "step", 0): ["rank_gemm"],
+        ("c", "step", 0): ["third"],
+    }
+    in_list_order = split_windows(listed, manifest)  # without the processes: the list's order, as before
+    assert [k.name for k in in_list_order[("a", "step", 0)]] == ["rank_gemm"]
+
+
 def _one_window_session(tmp_path: Path, csv_name: str, node_id: str, facts: dict[str, object]) -> tuple[Path, Path]:
     """A session CSV holding one window (a real capture behind a marker row) and its manifest line."""
     lines = [line for line in (DATA / csv_name).read_text().splitlines() if line[:1] == '"']
@@ -127,7 +151,7 @@ def test_the_parent_adds_ncu_class_and_table_to_the_step_its_ranks_measured(
 ) -> None:
     from pytest_gpuperf.profiling.records import PROFILE_KEY
 
-    facts = {"ops": 612, "profiled_ops": 24, "op_share": 0.92, "window_s": 41.0}
+    facts = {"ops": 612, "profiled_ops": 24, "op_share": 0.92, "window_s": 41.0, "pid": 1222}
     csv_file, manifest = _one_window_session(tmp_path, "h200_linear_fp16_step_raw.csv", NODE, facts)
     script = f'cp {manifest} "$GPUPERF_NCU_MANIFEST"\nwhile [ "$1" != "--log-file" ]; do shift; done\n'
     script += f'cp {csv_file} "$2"\n'
@@ -144,6 +168,7 @@ def test_the_parent_adds_ncu_class_and_table_to_the_step_its_ranks_measured(
     assert "top 24 of 612 operations profiled (92% of their device time)" in text
     (table,) = record.ncu_tables
     assert table["nodeid"] == NODE and table["bound"] == COMPUTE_BOUND and table["rows"]
+    assert "pid" not in table["selection"]  # the window's process serves the cut, not the report
     assert _extension(tmp_path, ncu=False).pytest_gpuperf_after_world(item, _cuda_context(), {"step": 1.0}) == []
 
 

@@ -156,6 +156,7 @@ def bracket_step(
     cudart = torch.cuda.cudart()
     selection = selection or Selection(frozenset(), reason="no ranking")
     entry: dict[str, object] = {"node_id": key[0], "step": key[1], "occurrence": key[2], **selection.facts()}
+    entry["pid"] = os.getpid()  # ncu's Process ID of the window's kernels (a rank's are not the child's)
     if test is not None:
         entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
     backend.synchronize()
