@@ -4,6 +4,8 @@
 #   B. the whole perf_tests with --gpuperf-ncu --gpuperf-profile -v, JSON and Markdown: completes; each CUDA test
 #      (4 seed kernels, MiniLLM step, single-rank FSDP2 step) has an "ncu <class>" line and its per-kernel table;
 #      the MiniLLM window's seconds in the ncu child (goal <= 90 s)
+#   B2. the single-rank FSDP2 step alone with --gpuperf-ncu -v (rank 0 opens its window in the ncu child's rank
+#      pool): an ncu class and its per-kernel table, and the seconds it costs beyond B's other tests
 #   C. a synthetic step of 100,000 tiny kernels replayed from a CUDA graph (the child cannot rank it, so every kernel
 #      is profiled): skipped inside gpuperf_ncu_timeout=60 with ncu's last words
 #   D. `pgrep -a ncu` 5 s after each session: nothing
@@ -29,6 +31,8 @@ A_PLAIN=$(timed A_plain 120 perf_tests/test_seed_kernels.py "${COMMON[@]}")
 A_NCU=$(timed A_ncu 150 perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-ncu -v)
 B_ALL=$(timed B_all 240 perf_tests "${COMMON[@]}" --gpuperf-ncu --gpuperf-profile -v \
   --gpuperf-json "$W/B_all.json" --gpuperf-markdown "$W/B_all.md")
+B2_FSDP=$(timed B2_fsdp2 150 perf_tests/test_fsdp2.py -k training_step "${COMMON[@]}" --gpuperf-ncu -v \
+  --gpuperf-json "$W/B2_fsdp2.json")
 
 S=$(mktemp -d /tmp/ncu-synthetic-XXXX)
 cat > "$S/test_many_kernels.py" <<'PY'
@@ -50,7 +54,7 @@ C_SYN=$(timed C_synthetic 120 "$S/test_many_kernels.py" --rootdir "$S" "${COMMON
   -o gpuperf_ncu_timeout=60 -o gpuperf_baselines="$S/baselines")
 rm -rf "$S"
 
-python3 - "$W" "$A_PLAIN" "$A_NCU" "$B_ALL" "$C_SYN" <<'PY'
+python3 - "$W" "$A_PLAIN" "$A_NCU" "$B_ALL" "$B2_FSDP" "$C_SYN" <<'PY'
 import json, re, sys
 from pathlib import Path
 
@@ -68,6 +72,9 @@ b = runs["B_all"]
 text = log("B_all")
 summary = next((l for l in text.splitlines()[::-1] if re.search(r"passed|failed|skipped", l)), "")
 print(f"| B perf_tests --gpuperf-ncu --gpuperf-profile | {b[0]:.1f} | {b[1]} | {summary.strip()} | {left('B_all')} |")
+b2 = runs["B2_fsdp2"]
+b2_summary = next((l for l in log("B2_fsdp2").splitlines()[::-1] if re.search(r"passed|failed|skipped", l)), "")
+print(f"| B2 FSDP2 step alone --gpuperf-ncu | {b2[0]:.1f} | {b2[1]} | {b2_summary.strip()} | {left('B2_fsdp2')} |")
 c = runs["C_synthetic"]
 skip = next((l for l in log("C_synthetic").splitlines() if "SKIPPED" in l), "no skip line")
 print(f"| C 100,000 tiny kernels, budget 60 s | {c[0]:.1f} | {c[1]} | {skip[:200]} | {left('C_synthetic')} |")
@@ -87,5 +94,18 @@ for t in tables:
 wanted = ["linear_fp16", "layernorm_softmax", "large_matmul", "minillm", "fsdp2_training_step"]
 seen = " ".join(t["nodeid"] for t in tables)
 print("\nmissing an ncu table:", [name for name in wanted if name not in seen] or "none")
+for name in ("B_all", "B2_fsdp2"):  # the FSDP2 step: its class line and table in the -v log, its JSON table
+    lines = log(name).splitlines()
+    at = next((i for i, l in enumerate(lines) if "fsdp2_training_step" in l and "[cuda]" in l and "::" in l
+               and i + 2 < len(lines) and "[step]" in lines[i + 1]), None)
+    shown = [l for l in lines[at + 1:at + 16]] if at is not None else ["no profile block for the FSDP2 step"]
+    print(f"\n{name}: FSDP2 step's profile lines (-v):", *shown[:15], sep="\n  ")
+    try:
+        fsdp = [t for t in json.loads((w / f"{name}.json").read_text())["gpuperf"].get("ncu", [])
+                if "fsdp2_training_step" in t["nodeid"]]
+    except (OSError, ValueError, KeyError):
+        fsdp = []
+    print(f"{name}: FSDP2 JSON tables: " + ("; ".join(f"{t['bound']} over {t['kernels']} kernel(s), "
+          f"{len(t['rows'])} row(s), selection {t.get('selection')}" for t in fsdp) or "none"))
 PY
 grep -hE "SKIPPED|captured no window|ran past" "$W"/*.log | cut -c1-300 | head -20

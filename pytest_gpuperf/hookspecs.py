@@ -8,6 +8,8 @@ Measuring and judging:
 
 * :func:`pytest_gpuperf_after_measure`: add metrics (bound verdicts, profiler numbers) to a step;
 * :func:`pytest_gpuperf_measure_instead`: run a step in place of measuring it (the ncu child's capture window);
+* :func:`pytest_gpuperf_rank_measure_instead`: the same, in the ranks of a distributed test (sent with its task);
+* :func:`pytest_gpuperf_after_world`: add metrics to the steps a distributed test measured on its ranks;
 * :func:`pytest_gpuperf_baseline_loader`: read baselines from somewhere else (a git ref);
 * :func:`pytest_gpuperf_write_baselines`: veto writing this process's baseline updates (ranks != 0);
 * :func:`pytest_gpuperf_run_in_fresh_processes`: run a test again in fresh processes (replication, confirmation).
@@ -35,7 +37,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines import BaselineFile
     from pytest_gpuperf.context import TestContext
-    from pytest_gpuperf.extensions import MeasureContext
+    from pytest_gpuperf.extensions import MeasureContext, MeasureInstead
     from pytest_gpuperf.reporting.records import TestRecord
     from pytest_gpuperf.results import Metric, Verdict
 
@@ -115,6 +117,27 @@ def pytest_gpuperf_measure_instead(context: TestContext, step: Callable[[], obje
     Asked at each ``gpuperf.measure()`` of the pytest process before anything is timed; a True answer skips the
     whole measurement (nothing timed, judged or stored; the call returns an empty measurement). The ncu child
     answers it: there a step is only called for its capture window, never sampled.
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_rank_measure_instead(item: pytest.Item) -> MeasureInstead | None:
+    """Return a picklable :data:`~pytest_gpuperf.extensions.MeasureInstead` for the ranks of the distributed test
+    ``item`` (first non-None wins).
+
+    Asked in the pytest process when the test's task is built; the answer travels with the task and each rank's
+    ``gpuperf`` handle asks it before measuring a step, as :func:`pytest_gpuperf_measure_instead` is asked in the
+    pytest process (the ncu child answers it: rank 0 opens the step's capture window).
+    """
+
+
+def pytest_gpuperf_after_world(item: pytest.Item, context: TestContext, steps: dict[str, float]) -> list[Metric] | None:
+    """Return extra metrics for the steps a distributed test measured on its ranks.
+
+    Called once per test in the pytest process, after the ranks' metrics were gathered and before the world's are
+    judged; ``steps`` maps each measured step's name to the slowest rank's seconds per call, ``context`` is the
+    test's, in its world. The step itself ran on the ranks only: what needs it runs there
+    (:func:`pytest_gpuperf_rank_measure_instead`). The returned metrics are judged with the world's.
     """
 
 

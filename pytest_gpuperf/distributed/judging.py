@@ -27,6 +27,22 @@ def judge_world_metrics(item: Any, handle: GpuPerf | None, world_size: int, metr
     handle.metrics.extend(metrics)
 
 
+def step_metrics(item: Any, handle: GpuPerf | None, world_size: int, metrics: list[Metric]) -> list[Metric]:
+    """What features add to the steps the ranks measured (``pytest_gpuperf_after_world``: ncu's class and table):
+    each step named by the world's ``<step>.time``, with the slowest rank's seconds per call; nothing in smoke mode."""
+    import re
+
+    from pytest_gpuperf.results import KIND_TIME
+
+    world = [m for m in metrics if not re.match(r"rank\d+\.", m.name)]  # rank<N>.<step>.time: each rank's own
+    steps = {m.name[: -len(".time")]: float(m.value) for m in world if m.kind == KIND_TIME and m.name.endswith(".time")}
+    if handle is None or handle.judging is None or not steps:
+        return []
+    context = handle.context.in_world(world_size)
+    answers = item.config.hook.pytest_gpuperf_after_world(item=item, context=context, steps=steps)
+    return [metric for extra in answers for metric in (extra or [])]
+
+
 def with_host_calibration(handle: GpuPerf | None, metrics: list[Metric]) -> list[Metric]:
     """A script's timing metrics with this process's host-CPU calibration (the script ran on this host's CPU).
 

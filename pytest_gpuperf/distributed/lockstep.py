@@ -31,6 +31,7 @@ from pytest_gpuperf.fixture import GpuPerf
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
     from pytest_gpuperf.context import TestContext
+    from pytest_gpuperf.extensions import MeasureInstead
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.timing import MeasureConfig
 
@@ -76,11 +77,12 @@ def lockstep_config(config: MeasureConfig, seconds_per_call: float) -> MeasureCo
     )
 
 
-def lockstep_handle(context: TestContext, judging: Judging | None) -> GpuPerf:
+def lockstep_handle(context: TestContext, judging: Judging | None, instead: MeasureInstead | None = None) -> GpuPerf:
     """The ``gpuperf`` handle of a rank: the core's, on a :class:`LockstepBackend`, with lockstep settings.
 
     Before each step is planned, two calls are timed (the slowest rank's second call sizes the
-    sample count, see :func:`lockstep_config`).
+    sample count, see :func:`lockstep_config`). ``instead``: the task's stand-in for measuring
+    (``RankTask.measure_instead``), asked before any of that.
     """
     backend = LockstepBackend(context.backend)
 
@@ -88,4 +90,5 @@ def lockstep_handle(context: TestContext, judging: Judging | None) -> GpuPerf:
         backend.time_block(step, 1)
         return lockstep_config(config, backend.time_block(step, 1))
 
-    return GpuPerf(replace(context, backend=backend), judging, adjust_config=agreed_config)  # type: ignore[arg-type]
+    lockstep_context = replace(context, backend=backend)
+    return GpuPerf(lockstep_context, judging, adjust_config=agreed_config, instead=instead)  # type: ignore[arg-type]

@@ -181,7 +181,11 @@ def run_task(task: RankTask, info: RankInfo, backend: Backend, capture: bool = T
         kwargs = {k: backend.device() if isinstance(v, ThisDevice) else v for k, v in task.kwargs.items()}
         if "gpuperf" in task.wants:
             context = build_context(task.node_id, backend, task.gpuperf_options, info.world_size)
-            kwargs["gpuperf"] = lockstep_handle(context, collector) if task.lockstep else GpuPerf(context, collector)
+            instead = task.measure_instead  # a feature's stand-in for measuring (the ncu child's window), or None
+            if task.lockstep:
+                kwargs["gpuperf"] = lockstep_handle(context, collector, instead)
+            else:
+                kwargs["gpuperf"] = GpuPerf(context, collector, instead=instead)
         if "gpuperf_rank" in task.wants:
             kwargs["gpuperf_rank"] = info
         if "gpuperf_backend" in task.wants:

@@ -74,6 +74,7 @@ def task_for(item: pytest.Function, backend: str, settings: Settings | None, loc
         sys_path=[p for p in sys.path if p],
         lockstep=lockstep,
         in_class=item.cls is not None,
+        measure_instead=item.config.hook.pytest_gpuperf_rank_measure_instead(item=item) if judging else None,
     )
 
 
@@ -121,7 +122,7 @@ def conclude(
     """
     from pytest_gpuperf.distributed.aggregate import aggregate
     from pytest_gpuperf.distributed.faults import skip_reason
-    from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics, mark_world
+    from pytest_gpuperf.distributed.judging import imbalance_tolerance, judge_world_metrics, mark_world, step_metrics
 
     handle: GpuPerf | None = item.funcargs.get("gpuperf")  # type: ignore[assignment]
     if output is None:
@@ -134,7 +135,8 @@ def conclude(
     if reason is not None:
         pytest.skip(reason)
     per_rank = {rank: result.metrics for rank, result in results.items()}
-    judge_world_metrics(item, handle, spec.world_size, aggregate(per_rank, imbalance_tolerance(handle)))
+    metrics = aggregate(per_rank, imbalance_tolerance(handle))
+    judge_world_metrics(item, handle, spec.world_size, metrics + step_metrics(item, handle, spec.world_size, metrics))
 
 
 def run_in_pool(item: pytest.Function, spec: DistSpec, manager: PoolManager) -> None:

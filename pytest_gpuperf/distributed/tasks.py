@@ -54,6 +54,9 @@ class RankTask:
     lockstep: bool = True
     #: The test is a method of a test class (``qualname`` is ``Class.method``): a fresh instance runs it.
     in_class: bool = False
+    #: A feature's picklable stand-in for measuring a step on the ranks (``pytest_gpuperf_rank_measure_instead``:
+    #: the ncu child's capture window); None: the ranks measure.
+    measure_instead: Any = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pytest_gpuperf.profiling.records import PROFILE_KEY, PROFILE_REQUESTED_KEY,
 from pytest_gpuperf.results import Metric
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.context import TestContext
     from pytest_gpuperf.extensions import MeasureContext
     from pytest_gpuperf.profiling.ncu_capture import PendingSession, SessionCapture
     from pytest_gpuperf.profiling.roofline import Roofline
@@ -99,7 +100,7 @@ class ProfilingExtension:
 
     def after_measure(self, context: MeasureContext) -> list[Metric]:
         """Classify the step; capture a trace and ncu numbers when asked; stash the record on the item."""
-        from pytest_gpuperf.profiling.analytic import analytic_verdict
+        from pytest_gpuperf.profiling.analytic import analytic_verdict, step_seconds
 
         item = self.current_item
         record = StepProfile(context.name)
@@ -128,7 +129,8 @@ class ProfilingExtension:
         if item is not None and backend.runs_torch and profile_requested(item, self.settings):
             self._trace(context, record, occurrence)
         if item is not None and ncu_requested(item, self.settings):
-            metrics += self._ncu(context, record, occurrence, result.line)
+            seconds = step_seconds(context.timing) if context.timing is not None else None
+            metrics += self._ncu(context.test, context.name, record, occurrence, seconds, result.line)
         self._check_expected_bound(context, record, metrics)
         if item is not None:
             item.stash.setdefault(PROFILE_KEY, []).append(record)
@@ -159,10 +161,10 @@ class ProfilingExtension:
         return value if isinstance(value, str) else None
 
     # -- torch.profiler -------------------------------------------------------------
-    def _artifact(self, context: MeasureContext, occurrence: int, suffix: str) -> Path:
+    def _artifact(self, node_id: str, name: str, occurrence: int, suffix: str) -> Path:
         from pytest_gpuperf.profiling.torch_trace import artifact_stem
 
-        stem = artifact_stem(context.test.node_id, context.name)
+        stem = artifact_stem(node_id, name)
         if occurrence:
             stem += f"-{occurrence}"
         return self.settings.artifacts_dir / f"{stem}{suffix}"
@@ -170,7 +172,7 @@ class ProfilingExtension:
     def _trace(self, context: MeasureContext, record: StepProfile, occurrence: int) -> None:
         from pytest_gpuperf.profiling.torch_trace import capture_trace
 
-        path = self._artifact(context, occurrence, ".trace.json")
+        path = self._artifact(context.test.node_id, context.name, occurrence, ".trace.json")
         result = capture_trace(context.test.backend, context.step, path)
         record.artifacts.append(path)
         record.top_kernels.extend(result.summary().splitlines())
@@ -256,15 +258,35 @@ class ProfilingExtension:
 
         return artifact_stem(node_id, "ncu")
 
-    def _ncu(
-        self, context: MeasureContext, record: StepProfile, occurrence: int, line: Roofline | None
+    def pytest_gpuperf_after_world(
+        self, item: pytest.Item, context: TestContext, steps: dict[str, float]
     ) -> list[Metric]:
-        from pytest_gpuperf.profiling.analytic import step_seconds
+        """The hook: ncu's class and table of each step a distributed test measured on its ranks, from the window
+        rank 0 opened in the ncu child (``ncu_child.RankWindow``). No analytic class: counting needs the step,
+        which ran on the ranks only."""
+        if not ncu_requested(item, self.settings):
+            return []
+        metrics: list[Metric] = []
+        for name, seconds in steps.items():
+            record = StepProfile(name)
+            item.stash.setdefault(PROFILE_KEY, []).append(record)
+            metrics += self._ncu(context, name, record, 0, seconds, None)
+        return metrics
+
+    def _ncu(
+        self,
+        test: TestContext,
+        name: str,
+        record: StepProfile,
+        occurrence: int,
+        seconds: float | None,
+        line: Roofline | None,
+    ) -> list[Metric]:
+        """ncu's class, table and metrics of one step (``seconds``: its measured time per call, for coverage)."""
         from pytest_gpuperf.profiling.ncu_capture import NcuUnavailable, find_ncu
         from pytest_gpuperf.profiling.ncu_table import step_table
         from pytest_gpuperf.profiling.ncu_verdict import disagreement, ncu_metrics
 
-        test = context.test
         ncu = find_ncu()
         if ncu is None:
             pytest.skip(f"{test.node_id}: {NCU_MISSING}")
@@ -272,19 +294,18 @@ class ProfilingExtension:
             record.notes.append(f"ncu: backend {test.backend.name} runs no CUDA kernels; nothing to capture")
             return []
         try:
-            capture = self._session_capture(ncu, test.node_id).capture(test.node_id, context.name, occurrence)
+            capture = self._session_capture(ncu, test.node_id).capture(test.node_id, name, occurrence)
         except NcuUnavailable as exc:
             pytest.skip(f"{test.node_id}: Nsight Compute capture unavailable: {exc}")
         if not capture.kernels:
-            record.notes.append(f"ncu: no kernel ran in the window of step {context.name!r}")
+            record.notes.append(f"ncu: no kernel ran in the window of step {name!r}")
             return []
-        seconds = step_seconds(context.timing) if context.timing is not None else None
         analytic = line.bound if line is not None else ""
-        table = step_table(context.name, capture.kernels, seconds, capture.selection, analytic)
+        table = step_table(name, capture.kernels, seconds, capture.selection, analytic)
         sol = table.verdict
         record.artifacts.append(capture.csv_path)
         if capture.report is not None:
-            record.artifacts.append(self._report_link(context, occurrence, capture.report))
+            record.artifacts.append(self._report_link(test.node_id, name, occurrence, capture.report))
             record.verdicts.append(f"ncu --set full report: kernels {_id_range(capture)} of {capture.report.name}")
         record.verdicts.append(
             f"ncu {sol.describe()} over {len(capture.kernels)} kernel(s), {capture.wall_s:.1f} s of ncu per test"
@@ -294,13 +315,13 @@ class ProfilingExtension:
         conflict = disagreement(line, sol, capture)
         if conflict:
             record.notes.append(conflict + (f"; {table.difference_text()}" if table.difference_text() else ""))
-        return ncu_metrics(context.name, sol, capture, conflict, table.covered_share)
+        return ncu_metrics(name, sol, capture, conflict, table.covered_share)
 
-    def _report_link(self, context: MeasureContext, occurrence: int, report: Path) -> Path:
+    def _report_link(self, node_id: str, name: str, occurrence: int, report: Path) -> Path:
         """The session's ``--set full`` report under this test's own name (a hard link, else a copy)."""
         import shutil
 
-        named = self._artifact(context, occurrence, ".ncu-rep")
+        named = self._artifact(node_id, name, occurrence, ".ncu-rep")
         if named != report:
             named.unlink(missing_ok=True)
             try:

@@ -139,13 +139,22 @@ class SessionCapture:
 
 
 def split_windows(
-    kernels: Sequence[KernelRecord], manifest: Sequence[WindowKey]
+    kernels: Sequence[KernelRecord], manifest: Sequence[WindowKey], pids: Sequence[object] = ()
 ) -> dict[WindowKey, list[KernelRecord]]:
     """Cut ncu's kernel list at the marker kernels: the n-th window belongs to the manifest's n-th entry.
 
-    Raises :class:`NcuParseError` when the markers and the manifest disagree (the
-    windows cannot be attributed then).
+    ``pids``: the process that opened each window (a distributed test's rank 0 is not the child). ncu lists each
+    process's kernels in order, but not the processes in the order their windows opened, so when the windows'
+    processes are the kernels' (ncu's ``Process ID``) each process is cut on its own. Raises
+    :class:`NcuParseError` when the markers and the manifest disagree (the windows cannot be attributed then).
     """
+    processes = {str(pid) for pid in pids}
+    if len(processes) > 1 and len(pids) == len(manifest) and processes == {k.process for k in kernels}:
+        windows_of: dict[WindowKey, list[KernelRecord]] = {}
+        for process in sorted(processes):
+            mine = [key for key, pid in zip(manifest, pids, strict=True) if str(pid) == process]
+            windows_of.update(split_windows([k for k in kernels if k.process == process], mine))
+        return {key: windows_of[key] for key in manifest}
     windows: list[list[KernelRecord]] = []
     for kernel in kernels:
         if MARKER_KERNEL in kernel.name:
@@ -300,12 +309,14 @@ class PendingSession:
         finally:
             output = self._output()
             entries = manifest_entries(self.path(MANIFEST))
+            pids = [facts.pop("pid", None) for _, facts in entries]  # the window's process, not a fact to show
             remove_pool_dir(self.scratch)
         report = self.full_report if self.full_report is not None and self.full_report.exists() else None
         if report is not None:
             output += "\n" + import_report(self.command[0], report)  # the rows, when the log held none
         wall = time.perf_counter() - self.released_at
-        session = parse_session(self.csv_path, output, [key for key, _ in entries], wall, self.command, self.tests)
+        keys = [key for key, _ in entries]
+        session = parse_session(self.csv_path, output, keys, wall, self.command, self.tests, pids)
         session.keys, session.facts, session.report = self.keys, dict(entries), report
         session.output_tail = _tail(output, 3)
         return session
@@ -343,9 +354,16 @@ class PendingSession:
 
 
 def parse_session(
-    csv_path: Path, output: str, manifest: list[WindowKey], wall: float, command: list[str], tests: list[str]
+    csv_path: Path,
+    output: str,
+    manifest: list[WindowKey],
+    wall: float,
+    command: list[str],
+    tests: list[str],
+    pids: Sequence[object] = (),
 ) -> SessionCapture:
-    """Parse the child's CSV (the log file, else its stdout) into windows; NcuUnavailable with ncu's reason."""
+    """Parse the child's CSV (the log file, else its stdout) into windows (``pids``: each window's process, see
+    :func:`split_windows`); NcuUnavailable with ncu's reason."""
     log_text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.exists() else ""
     everything = f"{log_text}\n{output}"
     reason = unavailable_reason(everything)
@@ -354,7 +372,7 @@ def parse_session(
     source = log_text if any(r and r[0] == "ID" for r in csv_rows(log_text)) else output
     try:
         kernels = parse_raw(source, str(csv_path))
-        windows = split_windows(kernels, manifest)
+        windows = split_windows(kernels, manifest, pids)
     except NcuParseError as exc:
         raise NcuUnavailable(f"ncu printed no usable CSV ({exc}); output tail: {_tail(everything)}") from None
     if source is not log_text:

@@ -13,13 +13,19 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_gpuperf.procs.gate import wait_on_file
-from pytest_gpuperf.profiling.ncu_select import DEFAULT_TOP_OPS, Selection, rank_step, windowed_call
+from pytest_gpuperf.profiling.ncu_select import (
+    DEFAULT_TOP_OPS,
+    Selection,
+    rank_step,
+    windowed_call,
+)
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
@@ -46,18 +52,77 @@ def child_manifest() -> Path | None:
     return Path(path) if path else None
 
 
+#: The calls of the step a capture window makes: the warm call, the ranking call, the window's call. The other ranks
+#: of a distributed step make as many, so that every rank enters each collective equally often.
+WINDOW_CALLS = 3
+
+
 def capture_window(
-    backend: Backend, step: Callable[[], object], manifest: Path, key: WindowKey, test: str | None, top_ops: int
+    backend: Backend,
+    step: Callable[[], object],
+    manifest: Path,
+    key: WindowKey,
+    test: str | None,
+    top_ops: int,
+    peers: bool = False,
 ) -> None:
-    """What a ``measure()`` does in the child: a warm call, a ranking call, then the one capture window.
+    """What a ``measure()`` does in the child: a warm call, a ranking call, then the one capture window
+    (:data:`WINDOW_CALLS` calls of the step).
 
     Nothing is sampled here: the measuring loop (warm-up, power warm-up, adaptive sampling) ran in the parent, and
-    under ncu every launch costs more, so the child's time is its start-up and one window per step."""
+    under ncu every launch costs more, so the child's time is its start-up and one window per step. ``peers``: the
+    step runs on several ranks, whose collectives the window leaves out (:func:`.ncu_select.around`)."""
     started = time.perf_counter()
     step()
     backend.synchronize()
-    selection = rank_step(step, top_ops, _event, _event_seconds, backend.synchronize)
+    selection = rank_step(step, top_ops, _event, _event_seconds, backend.synchronize, peers)
     bracket_step(backend, step, manifest, key, test, selection, started)
+
+
+def follow_window(backend: Backend, step: Callable[[], object]) -> None:
+    """A rank other than 0 while rank 0 opens its window: the same :data:`WINDOW_CALLS` calls, nothing profiled."""
+    for _ in range(WINDOW_CALLS):
+        step()
+        backend.synchronize()
+
+
+@dataclass
+class RankWindow:
+    """The ncu child's ``measure()`` on the ranks of a distributed test (a picklable ``MeasureInstead``, sent with
+    the test's task): rank 0 opens the step's capture window, listed under the child's name of the test, the other
+    ranks make the same calls.
+
+    ncu (``--target-processes all``) follows the child's rank launcher into every rank, but only rank 0 starts the
+    profiler. On several ranks its window leaves the collectives out: ncu replays each profiled kernel alone, and a
+    collective's peers would not join its replays."""
+
+    manifest: str
+    test: str | None
+    top_ops: int
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, context: TestContext, step: Callable[[], object], name: str) -> bool:
+        """Run the step's window (True); a backend other than CUDA is measured as usual (False)."""
+        if context.backend.name != "cuda":
+            return False
+        rank, world_size = _rank_and_world()
+        if rank != 0:
+            follow_window(context.backend, step)
+            return True
+        index = self.seen.get(name, 0)
+        self.seen[name] = index + 1
+        key = (context.node_id, name, index)
+        capture_window(context.backend, step, Path(self.manifest), key, self.test, self.top_ops, world_size > 1)
+        return True
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and world size in the default process group ((0, 1) when none is joined)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def _event() -> object:
@@ -91,6 +156,7 @@ def bracket_step(
     cudart = torch.cuda.cudart()
     selection = selection or Selection(frozenset(), reason="no ranking")
     entry: dict[str, object] = {"node_id": key[0], "step": key[1], "occurrence": key[2], **selection.facts()}
+    entry["pid"] = os.getpid()  # ncu's Process ID of the window's kernels (a rank's are not the child's)
     if test is not None:
         entry["test"] = test  # the rootdir-independent name (ncu_test_key) the parent looks the window up by
     backend.synchronize()
@@ -143,6 +209,10 @@ class NcuChildExtension:
         except Exception:  # noqa: BLE001 - a failing CUDA start shows up again in the tests, with its reason
             pass
         return wait_for_gate(gate, int(os.environ[GATE_PARENT_ENV]))  # start_session sets both variables
+
+    def pytest_gpuperf_rank_measure_instead(self, item: pytest.Item) -> RankWindow:
+        """The hook: a distributed test's ranks open their windows as this process would (:class:`RankWindow`)."""
+        return RankWindow(str(self.manifest), self._keys.get(item.nodeid), self.top_ops)
 
     def pytest_gpuperf_measure_instead(
         self, context: TestContext, step: Callable[[], object], name: str

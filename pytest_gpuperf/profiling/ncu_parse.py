@@ -79,6 +79,8 @@ class KernelRecord:
     block: str = ""
     grid: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    #: ncu's ``Process ID`` of the launch ("" when the capture does not say).
+    process: str = ""
 
     def short_name(self, width: int = 60) -> str:
         """The kernel name without its argument list, cut to ``width`` characters."""
@@ -215,4 +217,5 @@ def _record(row: list[str], column: dict[str, int], metrics: dict[str, float]) -
         block=cell("Block Size"),
         grid=cell("Grid Size"),
         metrics=metrics,
+        process="".join(ch for ch in cell("Process ID") if ch.isdigit()),  # "1,222" or "1222": the pid
     )

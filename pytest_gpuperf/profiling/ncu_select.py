@@ -46,8 +46,10 @@ class Selection:
     names: tuple[str, ...] = ()
     #: The chosen operations' share of the operations' device time in the ranking call (1.0: the whole step).
     share: float = 1.0
-    #: Why the whole step is captured ("" when operations were chosen).
+    #: Why the whole step is captured, or why nothing is (:data:`NO_OPERATION`); "" when operations were chosen.
     reason: str = ""
+    #: Collectives left out of the window (a step on several ranks, :func:`around`).
+    left_out: int = 0
 
     @property
     def whole_step(self) -> bool:
@@ -58,7 +60,30 @@ class Selection:
         """What the manifest keeps of the choice (the parent's report shows it)."""
         if self.whole_step:
             return {"ops": len(self.names), "whole_step": self.reason}
-        return {"ops": len(self.names), "profiled_ops": len(self.chosen), "op_share": round(self.share, 4)}
+        facts: dict[str, object] = {"ops": len(self.names), "profiled_ops": len(self.chosen & _indexes(self.names))}
+        facts["op_share"] = round(self.share, 4)
+        if self.left_out:
+            facts["collectives_left_out"] = self.left_out
+        if self.reason:
+            facts["nothing_profiled"] = self.reason
+        return facts
+
+
+#: Words in the name of an operation that is a collective (``c10d._allgather_base_``, ``_c10d_functional.*``).
+COLLECTIVE_WORDS = ("c10d", "nccl")
+
+
+#: A choice that profiles no operation (no call has index -1); an empty choice is the whole step.
+NO_OPERATION = frozenset({-1})
+
+
+def collectives(names: Sequence[str]) -> frozenset[int]:
+    """The indexes of the operations that are collectives (by :data:`COLLECTIVE_WORDS` in their names)."""
+    return frozenset(i for i, name in enumerate(names) if any(word in name for word in COLLECTIVE_WORDS))
+
+
+def _indexes(names: Sequence[str]) -> frozenset[int]:
+    return frozenset(range(len(names)))
 
 
 def choose(durations: Sequence[float], top_ops: int, coverage: float = COVERAGE) -> tuple[list[int], float]:
@@ -75,8 +100,13 @@ def choose(durations: Sequence[float], top_ops: int, coverage: float = COVERAGE)
     return sorted(chosen), (covered / total if total > 0 else 1.0)
 
 
-def decide(names: Sequence[str], durations: Sequence[float], whole: float, top_ops: int) -> Selection:
-    """The :class:`Selection` of a ranked call: ``durations`` per operation, ``whole`` the call's own seconds."""
+def decide(
+    names: Sequence[str], durations: Sequence[float], whole: float, top_ops: int, skip: frozenset[int] = frozenset()
+) -> Selection:
+    """The :class:`Selection` of a ranked call: ``durations`` per operation, ``whole`` the call's own seconds;
+    ``skip``: operations never profiled (:func:`around`)."""
+    if skip:
+        return around(durations, names, top_ops, skip)
     seen = sum(max(d, 0.0) for d in durations)
     if top_ops <= 0:
         return Selection(frozenset(), tuple(names), reason="gpuperf_ncu_top_ops = 0: every kernel")
@@ -93,10 +123,33 @@ def decide(names: Sequence[str], durations: Sequence[float], whole: float, top_o
     return Selection(frozenset(chosen), tuple(names), share)
 
 
+def around(durations: Sequence[float], names: Sequence[str], top_ops: int, skip: frozenset[int]) -> Selection:
+    """The longest operations but those in ``skip`` (a step on several ranks skips its collectives: ncu replays a
+    profiled kernel alone, and a collective's kernel would wait for peers that do not join its replays).
+
+    Every other operation when they are within the cap (or it is 0); none left: the window profiles nothing
+    (:data:`NO_OPERATION`). ``share`` is over all operations' time, the skipped too."""
+    keep = [i for i in range(len(names)) if i not in skip]
+    if top_ops <= 0 or len(keep) <= top_ops:
+        picked = list(range(len(keep)))
+    else:
+        picked, _ = choose([durations[i] for i in keep], top_ops)
+    chosen = [keep[j] for j in picked]
+    total = sum(max(d, 0.0) for d in durations)
+    share = sum(max(durations[i], 0.0) for i in chosen) / total if total > 0 else 1.0
+    return Selection(frozenset(chosen) or NO_OPERATION, tuple(names), share, left_out=len(skip))
+
+
 def rank_step(
-    step: Callable[[], object], top_ops: int, mark: Mark, seconds: Seconds, sync: Callable[[], None]
+    step: Callable[[], object],
+    top_ops: int,
+    mark: Mark,
+    seconds: Seconds,
+    sync: Callable[[], None],
+    peers: bool = False,
 ) -> Selection:
-    """Call ``step`` once with a clock pair around each ATen operation and decide what the window profiles.
+    """Call ``step`` once with a clock pair around each ATen operation and decide what the window profiles;
+    ``peers``: the step runs on several ranks, its collectives are never profiled (:func:`around`).
 
     A failing ranking call (an operation the dispatch mode cannot pass through) captures the whole step.
     """
@@ -110,8 +163,11 @@ def rank_step(
         durations = [seconds(a, b) for a, b in mode.pairs]
         whole = seconds(before, after)
     except Exception as exc:  # noqa: BLE001 - any failure: fall back to the whole step, saying why
-        return Selection(frozenset(), reason=f"ranking its operations failed ({type(exc).__name__}: {exc})")
-    return decide(mode.names, durations, whole, top_ops)
+        failed = f"ranking its operations failed ({type(exc).__name__}: {exc})"
+        if peers:  # the whole step holds its collectives: profile nothing rather than hang in their replays
+            return Selection(NO_OPERATION, share=0.0, reason=failed)
+        return Selection(frozenset(), reason=failed)
+    return decide(mode.names, durations, whole, top_ops, collectives(mode.names) if peers else frozenset())
 
 
 def windowed_call(

@@ -120,6 +120,8 @@ class StepTable:
             )
         elif self.selection.get("whole_step"):
             parts.append(f"every kernel profiled: {self.selection['whole_step']}")
+        if self.selection.get("collectives_left_out"):  # rank 0 of several: replays of collectives would hang
+            parts.append(f"{self.selection['collectives_left_out']} collective(s) of the ranks left out")
         if "window_s" in self.selection:
             parts.append(f"{float(self.selection['window_s']):.1f} s in the ncu child")
         share = self.covered_share
