@@ -3,9 +3,9 @@
 The signature (:mod:`pytest_gpuperf.timing.kernel_signature`) is informational: it never fails a test. What it
 adds is the sentence a failing or inconclusive timing verdict of its step ends with:
 
-* another digest: the kernels that appeared, disappeared or moved their share of the step (10 points or more) or
-  their launch count, with a switch written ``kernel switch: A -> B + C`` (a name sharing a prefix with the first
-  one written ``..._rest``);
+* another digest: the kernels that appeared, disappeared, took a larger share of the step (10 points or more)
+  or changed their launch count, with a switch written ``kernel switch: A -> B + C`` (a name sharing a prefix
+  with the first one written ``..._rest``);
 * the same digest with a slower time: ``same kernels as the baseline``, and that the machine, not the code, may
   have moved;
 * no signature in the baseline (recorded before signatures were stored): nothing is said.
@@ -62,7 +62,7 @@ def _moved(base: dict[str, dict[str, Any]], run: dict[str, dict[str, Any]]) -> l
         before, after = float(old.get("share", 0)), float(new.get("share", 0))
         if old.get("calls") != new.get("calls"):
             moved.append(f"{name} x{old.get('calls')} -> x{new.get('calls')} per step")
-        elif abs(after - before) >= SHARE_MOVE:
+        elif after - before >= SHARE_MOVE:  # one that took more of the step (others shrink when one is added)
             moved.append(f"{name} {before:.0%} -> {after:.0%} of the step")
         elif old.get("grid") and new.get("grid") and old.get("grid") != new.get("grid"):
             moved.append(f"{name} grid {old['grid']} -> {new['grid']}")
