@@ -146,11 +146,11 @@ class CpuBackend(TorchBackend):
         """One profiled call gives both the peak and the aten ops (the signature costs no call of its own)."""
         if not memory:
             return None, self.kernel_signature(step)
-        from pytest_gpuperf.backends.cpu_memory import peak_and_signature
         from pytest_gpuperf.backends.cpu_threads import session_threads
+        from pytest_gpuperf.backends.kernel_probe import cpu_peak_and_signature
 
         with session_threads():
-            return peak_and_signature(step)
+            return cpu_peak_and_signature(step)
 
     def memory_note(self) -> str:
         return "CPU peak = live bytes the step added through torch's CPU allocator (profiler memory events)"

@@ -23,10 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pytest_gpuperf.timing.kernel_signature import KernelSignature
+from typing import Any
 
 #: The lines torch writes to stderr because of the probe itself: the allocator's note on a tensor older than the
 #: profiler, and kineto's start and stop lines.
@@ -61,18 +58,15 @@ def without_probe_noise() -> Iterator[None]:
 
 def measure_cpu_peak_bytes(step: Callable[[], object]) -> int:
     """Run ``step`` once and return the peak of bytes it held live through torch's CPU allocator."""
-    return peak_and_signature(step, signature=False)[0]
+    return profiled_peak(step)[0]
 
 
-def peak_and_signature(step: Callable[[], object], signature: bool = True) -> tuple[int, KernelSignature | None]:
-    """Run ``step`` once under the profiler: the peak of bytes it held live through torch's CPU allocator, and
-    the kernel signature of the same call (its aten ops, :mod:`.kernel_probe`; None when unreadable or not
-    asked for)."""
+def profiled_peak(step: Callable[[], object]) -> tuple[int, Any]:
+    """Run ``step`` once under the profiler: the peak of bytes it held live through torch's CPU allocator, and the
+    finished profiler (whose op events :mod:`.kernel_probe` reads as the call's kernel signature)."""
     # torch.autograd.profiler.profile is the recorder torch.profiler.profile wraps; the wrapper's start asks
     # hasattr(torch, "_inductor"), which imports dynamo and inductor (1.9-7 s of the first test, for nothing).
     from torch.autograd.profiler import profile
-
-    from pytest_gpuperf.backends.kernel_probe import signature_from
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     logging.getLogger("torch.profiler").setLevel(logging.ERROR)
@@ -86,4 +80,4 @@ def peak_and_signature(step: Callable[[], object], signature: bool = True) -> tu
     for event in events:
         live += event.nbytes()
         peak = max(peak, live)
-    return peak, signature_from(prof, device=False) if signature else None
+    return peak, prof

@@ -84,6 +84,14 @@ def cuda_signature(step: Callable[[], object]) -> KernelSignature | None:
     return signature_from(prof, device=True)
 
 
+def cpu_peak_and_signature(step: Callable[[], object]) -> tuple[int, KernelSignature | None]:
+    """The CPU peak-memory probe's one call (:func:`~.cpu_memory.profiled_peak`): its peak and its aten ops."""
+    from pytest_gpuperf.backends.cpu_memory import profiled_peak
+
+    peak, prof = profiled_peak(step)
+    return peak, signature_from(prof, device=False)
+
+
 def cpu_signature(step: Callable[[], object]) -> KernelSignature | None:
     """One call of ``step`` under the CPU profiler: its aten ops (used when the peak-memory probe is off)."""
     from torch.autograd.profiler import profile

@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_gpuperf.baselines.samples_rule import samples_agree, samples_loosen, worse
 from pytest_gpuperf.results import NUMBER_KINDS
-from pytest_gpuperf.timing.kernel_signature import KIND_SIGNATURE, digest_problem, rows_problem
+from pytest_gpuperf.timing.kernel_signature import KIND_SIGNATURE, SIGNATURE_SOURCES, digest_problem, rows_problem
 from pytest_gpuperf.validate import (
     MAX_CATEGORY,
     MAX_WORD,
@@ -106,6 +106,11 @@ def _value(value: Any, entry: dict[str, Any]) -> None:
         check(value, "value")
     except NumberError as exc:
         raise NumberError(f"{exc} (kind {kind})" if kind else str(exc)) from None
+
+
+def _source(value: Any, entry: dict[str, Any]) -> None:
+    if value not in SIGNATURE_SOURCES:
+        raise NumberError(f"source must be one of {', '.join(SIGNATURE_SOURCES)}, got {value!r:.40}")
 
 
 def _raise(problem: str | None) -> None:
@@ -345,9 +350,7 @@ ENTRY_FIELDS: list[EntryField] = [
         read_by="the failure message (whether the stored kernels are all of them)",
         meaning="how many different kernels (CPU: ops) the step launched; more than listed: only the heaviest kept",
     ),
-    EntryField(
-        "source", _word("source"), read_by="reports", meaning="what a kernel signature lists: cuda kernels, cpu ops"
-    ),
+    EntryField("source", _source, read_by="reports", meaning="what a kernel signature lists: cuda kernels, cpu ops"),
 ]
 
 

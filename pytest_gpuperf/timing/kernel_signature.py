@@ -31,6 +31,7 @@ DIGEST_PATTERN = re.compile(r"[0-9a-f]{12}")
 #: Where the rows came from.
 SOURCE_CUDA = "cuda kernels"
 SOURCE_CPU = "cpu ops"
+SIGNATURE_SOURCES = (SOURCE_CUDA, SOURCE_CPU)
 #: Kineto activity types that are GPU work (not the GPU span of a ``record_function`` range).
 DEVICE_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
