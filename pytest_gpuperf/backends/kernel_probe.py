@@ -27,26 +27,31 @@ def _quiet_profiler() -> None:
     logging.getLogger("torch.profiler").setLevel(logging.ERROR)
 
 
-def _call(event: Any, method: str, default: Any) -> Any:
-    getter = getattr(event, method, None)
-    return getter() if callable(getter) else default
-
-
 def kineto_events(prof: Any) -> list[Event]:
-    """The events of a finished profiler as :data:`~pytest_gpuperf.timing.kernel_signature.Event` tuples (the
-    launch metadata read for device events only; torch versions without a field give ``""`` or 0)."""
+    """The events of a finished profiler as :data:`~pytest_gpuperf.timing.kernel_signature.Event` tuples, without
+    its memory events; the launch metadata is read for device events only, and a field this torch lacks reads as
+    ``""`` or 0 (the getters are looked up once: a training step has thousands of events)."""
+    raw = prof.kineto_results.events()
+    if not raw:
+        return []
+    kind = type(raw[0])
+    activity = getattr(kind, "activity_type", None)
+    thread = getattr(kind, "start_thread_id", None)
+    metadata = getattr(kind, "metadata_json", None)
     events = []
-    for event in prof.kineto_results.events():
-        device = event.device_type().name
+    for event in raw:
+        name, device = event.name(), event.device_type().name
+        if name == "[memory]":
+            continue
         events.append(
             (
-                event.name(),
+                name,
                 device,
-                str(_call(event, "activity_type", "") or ""),
-                int(event.start_ns()),
-                int(event.duration_ns()),
-                int(_call(event, "start_thread_id", 0) or 0),
-                str(_call(event, "metadata_json", "") or "") if device != "CPU" else "",
+                str(activity(event)) if activity else "",
+                event.start_ns(),
+                event.duration_ns(),
+                thread(event) if thread else 0,
+                str(metadata(event) or "") if metadata and device != "CPU" else "",
             )
         )
     return events

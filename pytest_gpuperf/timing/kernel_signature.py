@@ -142,8 +142,8 @@ def signature_of(events: Sequence[Event], device: bool) -> KernelSignature | Non
     digest_lines = []
     merged: dict[str, list[Any]] = {}  # short name -> [calls, ns, grids, blocks]
     for full, launches in names.items():
-        grids = {_shape(e[6], "grid") for e, _ in launches}
-        blocks = {_shape(e[6], "block") for e, _ in launches}
+        grids = {_shape(e[6], "grid") for e, _ in launches} if device else {None}
+        blocks = {_shape(e[6], "block") for e, _ in launches} if device else {None}
         configs = sorted(str(c) for c in grids | blocks if c is not None)
         digest_lines.append(f"{full}|x{len(launches)}|{','.join(configs)}")
         row = merged.setdefault(short_name(full, device), [0, 0, set(), set()])
