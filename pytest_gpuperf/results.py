@@ -29,6 +29,10 @@ KIND_HOST = "host"
 SAMPLED_KINDS = ("time", "throughput", KIND_CYCLES, KIND_HOST)
 #: Counted FLOPs or bytes of one step (:mod:`pytest_gpuperf.judging.work`): less is an improvement, more fails.
 KIND_WORK = "work"
+#: A step's kernel signature (:mod:`pytest_gpuperf.timing.kernel_signature`): a digest, shown, never judged.
+KIND_SIGNATURE = "signature"
+#: What a signature's metric carries beside its digest into the report (lists: the scalar ``extra`` drops them).
+SIGNATURE_KEYS = ("kernels", "baseline_kernels", "launches", "distinct", "source")
 #: Kinds whose value is always a number (a custom metric may hold a word, judged like a category).
 NUMBER_KINDS = (KIND_TIME, KIND_THROUGHPUT, KIND_MEMORY, KIND_CYCLES, KIND_HOST, KIND_WORK)
 #: Kinds an A/B comparison judges by the ratio of B's value to A's (a category is compared word for word).
@@ -108,8 +112,10 @@ REPORT_ATTR = "gpuperf"
 
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
-    """A JSON-able form of a verdict, carried on the test report (survives pytest-xdist)."""
+    """A JSON-able form of a verdict, carried on the test report (survives pytest-xdist); a kernel signature's
+    also its kernels (``signature``)."""
     metric = verdict.metric
+    signature = metric.kind == KIND_SIGNATURE
     return {
         "metric": metric.name,
         "label": metric.label(),
@@ -128,6 +134,7 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "samples": len(metric.samples),
         "sample_values": list(metric.samples),  # raw samples, for the JSON report (pytest-benchmark stats)
         "extra": {k: v for k, v in metric.extra.items() if isinstance(v, (int, float, str, bool))},
+        **({"signature": {k: metric.extra[k] for k in SIGNATURE_KEYS if k in metric.extra}} if signature else {}),
     }
 
 
@@ -143,7 +150,7 @@ def verdict_from_dict(data: dict[str, Any]) -> Verdict:
         samples=list(data.get("sample_values") or []),
         judged=data.get("status") != "info",
         tolerance=data.get("tolerance"),
-        extra=dict(data.get("extra") or {}),
+        extra={**(data.get("extra") or {}), **(data.get("signature") or {})},
     )
     ci = data.get("ci")
     return Verdict(

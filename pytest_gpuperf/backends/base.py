@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.timing.kernel_signature import KernelSignature
     from pytest_gpuperf.timing.record import Instrument
     from pytest_gpuperf.timing.samplers import Sampler
     from pytest_gpuperf.timing.sampling import MeasureConfig
@@ -90,6 +91,19 @@ class Backend(abc.ABC):
     def count_host_syncs(self, step: Callable[[], object]) -> int | None:
         """Run ``step`` once and count the host-device synchronizations it made; None where the backend cannot tell."""
         return None
+
+    def kernel_signature(self, step: Callable[[], object]) -> KernelSignature | None:
+        """Run ``step`` once and say which kernels it launched (:mod:`pytest_gpuperf.timing.kernel_signature`);
+        None where the backend cannot tell (no call then)."""
+        return None
+
+    def peak_memory_and_signature(
+        self, step: Callable[[], object], memory: bool
+    ) -> tuple[int | None, KernelSignature | None]:
+        """The peak-memory probe (when ``memory``) and the kernel signature: one call each, or one call for both
+        where one profiled call sees both (the CPU backend)."""
+        peak = self.measure_peak_memory(step) if memory else None
+        return peak, self.kernel_signature(step)
 
     def is_host_cpu(self) -> bool:
         """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).

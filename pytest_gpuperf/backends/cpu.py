@@ -12,6 +12,7 @@ from pytest_gpuperf.backends.base import Availability
 from pytest_gpuperf.backends.torch_common import TorchBackend, host_description, torch_versions
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.timing.kernel_signature import KernelSignature
     from pytest_gpuperf.timing.record import Instrument
     from pytest_gpuperf.timing.samplers import Sampler
     from pytest_gpuperf.timing.sampling import MeasureConfig
@@ -130,6 +131,26 @@ class CpuBackend(TorchBackend):
 
         with session_threads():
             return measure_cpu_peak_bytes(step)
+
+    def kernel_signature(self, step: Callable[[], object]) -> KernelSignature | None:
+        """The aten ops of one call (:func:`~pytest_gpuperf.backends.kernel_probe.cpu_signature`)."""
+        from pytest_gpuperf.backends.cpu_threads import session_threads
+        from pytest_gpuperf.backends.kernel_probe import cpu_signature
+
+        with session_threads():
+            return cpu_signature(step)
+
+    def peak_memory_and_signature(
+        self, step: Callable[[], object], memory: bool
+    ) -> tuple[int | None, KernelSignature | None]:
+        """One profiled call gives both the peak and the aten ops (the signature costs no call of its own)."""
+        if not memory:
+            return None, self.kernel_signature(step)
+        from pytest_gpuperf.backends.cpu_threads import session_threads
+        from pytest_gpuperf.backends.kernel_probe import cpu_peak_and_signature
+
+        with session_threads():
+            return cpu_peak_and_signature(step)
 
     def memory_note(self) -> str:
         return "CPU peak = live bytes the step added through torch's CPU allocator (profiler memory events)"

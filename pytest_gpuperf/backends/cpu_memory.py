@@ -23,6 +23,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 #: The lines torch writes to stderr because of the probe itself: the allocator's note on a tensor older than the
 #: profiler, and kineto's start and stop lines.
@@ -57,6 +58,12 @@ def without_probe_noise() -> Iterator[None]:
 
 def measure_cpu_peak_bytes(step: Callable[[], object]) -> int:
     """Run ``step`` once and return the peak of bytes it held live through torch's CPU allocator."""
+    return profiled_peak(step)[0]
+
+
+def profiled_peak(step: Callable[[], object]) -> tuple[int, Any]:
+    """Run ``step`` once under the profiler: the peak of bytes it held live through torch's CPU allocator, and the
+    finished profiler (whose op events :mod:`.kernel_probe` reads as the call's kernel signature)."""
     # torch.autograd.profiler.profile is the recorder torch.profiler.profile wraps; the wrapper's start asks
     # hasattr(torch, "_inductor"), which imports dynamo and inductor (1.9-7 s of the first test, for nothing).
     from torch.autograd.profiler import profile
@@ -73,4 +80,4 @@ def measure_cpu_peak_bytes(step: Callable[[], object]) -> int:
     for event in events:
         live += event.nbytes()
         peak = max(peak, live)
-    return peak
+    return peak, prof

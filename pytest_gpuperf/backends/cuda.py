@@ -15,6 +15,7 @@ from pytest_gpuperf.backends.torch_common import (
 )
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.timing.kernel_signature import KernelSignature
     from pytest_gpuperf.timing.samplers import Sampler
     from pytest_gpuperf.timing.sampling import MeasureConfig
 
@@ -121,6 +122,12 @@ class CudaBackend(TorchBackend):
         from pytest_gpuperf.timing.cuda.host_syncs import count_cuda_syncs
 
         return count_cuda_syncs(step)
+
+    def kernel_signature(self, step: Callable[[], object]) -> KernelSignature | None:
+        """The kernels of one call under CUPTI (:func:`~pytest_gpuperf.backends.kernel_probe.cuda_signature`)."""
+        from pytest_gpuperf.backends.kernel_probe import cuda_signature
+
+        return cuda_signature(step)
 
     def memory_note(self) -> str:
         return "CUDA peak = torch.cuda.max_memory_allocated() after a reset (tensors live during the step)"

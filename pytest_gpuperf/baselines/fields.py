@@ -23,6 +23,7 @@ from typing import Any
 
 from pytest_gpuperf.baselines.samples_rule import samples_agree, samples_loosen, worse
 from pytest_gpuperf.results import NUMBER_KINDS
+from pytest_gpuperf.timing.kernel_signature import KIND_SIGNATURE, SIGNATURE_SOURCES, digest_problem, rows_problem
 from pytest_gpuperf.validate import (
     MAX_CATEGORY,
     MAX_WORD,
@@ -86,6 +87,9 @@ def _better(value: Any, entry: dict[str, Any]) -> None:
 
 def _value(value: Any, entry: dict[str, Any]) -> None:
     kind = entry.get("kind")
+    if kind == KIND_SIGNATURE:
+        _raise(digest_problem(value))
+        return
     if kind == "category" or (kind not in NUMBER_KINDS and isinstance(value, str)):
         if not isinstance(value, str) or not value:
             raise NumberError(f"value of a category must be a non-empty word, got {value!r}")
@@ -102,6 +106,16 @@ def _value(value: Any, entry: dict[str, Any]) -> None:
         check(value, "value")
     except NumberError as exc:
         raise NumberError(f"{exc} (kind {kind})" if kind else str(exc)) from None
+
+
+def _source(value: Any, entry: dict[str, Any]) -> None:
+    if value not in SIGNATURE_SOURCES:
+        raise NumberError(f"source must be one of {', '.join(SIGNATURE_SOURCES)}, got {value!r:.40}")
+
+
+def _raise(problem: str | None) -> None:
+    if problem:
+        raise NumberError(problem)
 
 
 def _samples(value: Any, entry: dict[str, Any]) -> None:
@@ -320,6 +334,25 @@ ENTRY_FIELDS: list[EntryField] = [
         "the machine rule (a wider band excuses a slower machine)",
         meaning="how sure calibration is (a higher quantile over it, minus 1)",
     ),
+    EntryField(
+        "kernels",
+        lambda value, entry: _raise(rows_problem(value)),
+        read_by="the failure message (which kernels appeared, disappeared or moved)",
+        meaning="a kernel signature's heaviest kernels: name, launches per step, share of the step, grid, block",
+    ),
+    EntryField(
+        "launches",
+        bounded(positive_int, "launches", 10_000_000),
+        read_by="the failure message",
+        meaning="a kernel signature's kernel launches (CPU: op calls) per step",
+    ),
+    EntryField(
+        "distinct",
+        bounded(positive_int, "distinct", 10_000_000),
+        read_by="the failure message (whether the stored kernels are all of them)",
+        meaning="how many different kernels (CPU: ops) the step launched; more than listed: only the heaviest kept",
+    ),
+    EntryField("source", _source, read_by="reports", meaning="what a kernel signature lists: cuda kernels, cpu ops"),
 ]
 
 

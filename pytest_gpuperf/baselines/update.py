@@ -35,6 +35,7 @@ import pytest
 from pytest_gpuperf.baselines.policy import Decision, change_line, plan
 from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.procs.lifetime import process_alive, process_start_time
+from pytest_gpuperf.timing.kernel_signature import KIND_SIGNATURE
 
 if TYPE_CHECKING:
     from pytest_gpuperf.baselines.schema import BaselineFile
@@ -57,6 +58,9 @@ MEASUREMENT_FACTS = (
     "calibration_spread",
 )
 
+#: What a kernel signature's entry keeps beside its digest (:mod:`pytest_gpuperf.timing.kernel_signature`).
+SIGNATURE_FIELDS = ("kernels", "launches", "distinct", "source")
+
 Entries = dict[str, dict[str, dict[str, Any]]]
 
 
@@ -67,6 +71,8 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": metric.value, "unit": metric.unit, "better": metric.better, "kind": metric.kind}
     if metric.samples:
         entry["samples"] = spread_subset(list(metric.samples))
+    if metric.kind == KIND_SIGNATURE:  # the digest and the heaviest kernels, reviewable line by line
+        entry.update({key: metric.extra[key] for key in SIGNATURE_FIELDS if key in metric.extra})
     if metric.kind in _FACT_KINDS:
         if metric.extra.get("method"):
             entry["method"] = metric.extra["method"]  # how it was timed, so later runs time it the same way

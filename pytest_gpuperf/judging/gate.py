@@ -2,7 +2,8 @@
 
 * :meth:`Gate.verdicts`: one metric against its entry (:func:`pytest_gpuperf.judging.compare.judge`), a timing
   verdict decided on cycles when the SM clock moved (:mod:`.clock_rule`), made inconclusive when the evidence
-  cannot decide (:mod:`.evidence`, :mod:`.machine_rule`, :mod:`.work`);
+  cannot decide (:mod:`.evidence`, :mod:`.machine_rule`, :mod:`.work`), a failing or inconclusive one saying how
+  the step's kernels moved (:mod:`.kernel_diff`);
 * :meth:`Gate.confirm`: a suspect re-judged with a second measurement; one that disagrees is inconclusive
   (:func:`pytest_gpuperf.judging.replication.reconcile`);
 * :meth:`Gate.failure_lines`: regressions, changed categories, and under ``--gpuperf-strict`` missing baselines
@@ -46,7 +47,9 @@ class Gate(Sink):
             verdicts.append(
                 judge_one(metric, entries.get(metric.name), tolerance, where, cycles=cycles, node_id=lookup.node_id)
             )
-        return explain_timing(_explain_bounds(verdicts, entries))
+        from pytest_gpuperf.judging.kernel_diff import explain_kernels
+
+        return explain_kernels(explain_timing(_explain_bounds(verdicts, entries)), entries)
 
     def wants_confirmation(self, verdicts: list[Verdict]) -> bool:
         """A suspected time/throughput regression is measured once more before it fails."""
@@ -86,7 +89,9 @@ class Gate(Sink):
                 continue
             entry = entries.get(metric.name)
             out.append(reconcile(verdict, again_verdict, where=where, node_id=lookup.node_id, entry=entry))
-        return out
+        from pytest_gpuperf.judging.kernel_diff import explain_kernels
+
+        return explain_kernels(out, entries)  # a verdict the confirmation replaced says its kernels too
 
     def second_look(
         self, lookup: Lookup, verdicts: list[Verdict], fresh: FreshRuns, where: str

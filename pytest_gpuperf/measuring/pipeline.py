@@ -56,7 +56,8 @@ class Stages:
             return measure_time(backend, self.step, plan.config, plan.stop_rule)
 
     def metrics(self, plan: MeasurePlan, timing: TimingResult, probes: Probes) -> list[Metric]:
-        """The metrics stage: the timing metrics (calibrated), then host syncs and peak memory from the probes."""
+        """The metrics stage: the timing metrics (calibrated), then host syncs, peak memory and the kernel signature
+        from the probes."""
         from pytest_gpuperf.timing.metrics import host_sync_metrics
 
         metrics = self.timed(plan, timing) + host_sync_metrics(plan.call.name, probes.host_syncs)
@@ -64,6 +65,8 @@ class Stages:
             note = {"note": probes.memory_note}
             peak = Metric(f"{plan.call.name}.peak_memory", probes.peak_memory, "B", "lower", KIND_MEMORY, extra=note)
             metrics.append(peak)
+        if probes.kernels is not None:
+            metrics.append(probes.kernels.metric(plan.call.name))
         return metrics
 
     @staticmethod

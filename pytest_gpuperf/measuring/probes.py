@@ -2,7 +2,10 @@
 
 1. **the warm call**: one call first, so one-time work (lazy allocations, a first call's synchronizations) does
    not stand in for the steady state the other probes read;
-2. **peak memory** (``memory=True``): the backend's ``measure_peak_memory``, one call;
+2. **peak memory** (``memory=True``) **and the kernel signature**: the backend's ``peak_memory_and_signature``: on
+   the CPU one profiled call gives both (the signature is its aten ops); on CUDA the peak is one call and the
+   signature one more, under CUPTI (:mod:`pytest_gpuperf.timing.kernel_signature`); backends that cannot tell
+   (MPS, Vulkan) make no signature call;
 3. **the sync check**: the backend's ``count_host_syncs`` (one call on CUDA under torch's sync debug mode; no call
    where the backend cannot count). Its count is the ``host_syncs`` metric and, held while the step is timed
    (:func:`pytest_gpuperf.timing.cuda.host_syncs.known_host_syncs`), decides the CUDA graph capture, which then
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.timing.kernel_signature import KernelSignature
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Probes:
     memory_note: str
     #: Host-device synchronizations per call (None where the backend cannot count them).
     host_syncs: int | None
+    #: The kernels one call launched (None where the backend cannot tell, or its profiler failed).
+    kernels: KernelSignature | None = None
 
     @contextmanager
     def held_for(self, step: Callable[[], object]) -> Iterator[None]:
@@ -43,8 +49,9 @@ class Probes:
 
 
 def probe(backend: Backend, step: Callable[[], object], memory: bool) -> Probes:
-    """Make the step's extra calls (module doc): the warm call, peak memory when ``memory``, the sync check."""
+    """Make the step's extra calls (module doc): the warm call, peak memory when ``memory`` with the kernel
+    signature, the sync check."""
     step()
-    peak = backend.measure_peak_memory(step) if memory else None
+    peak, kernels = backend.peak_memory_and_signature(step, memory)
     note = backend.memory_note() if memory else ""
-    return Probes(peak, note, backend.count_host_syncs(step))
+    return Probes(peak, note, backend.count_host_syncs(step), kernels)

@@ -16,7 +16,7 @@ from typing import Any
 from pytest_gpuperf.commands import update_command
 from pytest_gpuperf.reporting.md_escape import code, fenced, text
 from pytest_gpuperf.reporting.records import TestRecord
-from pytest_gpuperf.reporting.verdict_text import ab_title, slower_timing
+from pytest_gpuperf.reporting.verdict_text import ab_title, slower_timing, why
 from pytest_gpuperf.results import FAILING_STATUSES
 
 #: Sections of metric rows, by the row's own verdict: a section lists only rows with its statuses.
@@ -66,6 +66,8 @@ def _row(record: TestRecord, verdict: dict[str, Any]) -> str:
     label, baseline, measured, change, limit, word = row(verdict)
     if verdict.get("status") == "info":
         word = INFO_WORD  # the terminal's "-" would read as a row without a verdict
+        if verdict.get("kind") == "signature" and why(verdict):  # the step's kernels against the baseline's
+            word = f"{INFO_WORD}: {why(verdict)}"
     icon = ICONS.get(verdict["status"], "")
     cells = [code(record.nodeid), text(label), text(baseline), text(measured), text(change), text(limit)]
     cells.append(f"{icon} {text(word)}".strip())

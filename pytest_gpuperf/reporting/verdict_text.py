@@ -143,6 +143,9 @@ def why(verdict: dict[str, Any]) -> str:
         notes.append(f"95% CI {format_change(low)}..{format_change(high)}")
     if extra.get("budget_exhausted") and status != "info":  # an informational row decides nothing
         notes.append("time budget ran out")
+    kernels = extra.get("kernel_change")  # how the step's kernels moved (pytest_gpuperf.judging.kernel_diff)
+    if kernels and (verdict.get("kind") == "signature" or status in ("regression", "inconclusive")):
+        notes.append(str(kernels))
     return "; ".join(notes)
 
 
