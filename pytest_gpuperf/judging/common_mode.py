@@ -201,6 +201,7 @@ def _excused(verdict: Verdict, mode: CommonMode) -> Verdict:
 def _against(verdict: Verdict, mode: CommonMode) -> Verdict:
     """A timing verdict slower than the common mode by more than its tolerance: a regression, saying so."""
     relative = math.exp(_shift(verdict) - mode.shift)
+    verdict.metric.extra["runner_relative"] = round(relative, 4)  # the reports name the tests judged against it
     note = f"{relative:.2f}x slower than this session's common mode ({mode.describe()}): the runner does not explain it"
     if verdict.status == "regression":
         return replace(verdict, message=f"{verdict.message}; {note}")
