@@ -90,7 +90,8 @@ class GpuperfSession:
         ab = self.config.pluginmanager.has_plugin(AB_WORKER_PLUGIN) or self.config.getoption("gpuperf_ab", None)
         calibration.set_enabled(not ab)  # A/B judges both sides on this machine: no stored time is compared
         if ab or self.judging.recording:
-            self.runner.holds = False  # both sides on one runner, or nothing judged: no common mode to wait for
+            self.runner.holds = False  # nothing judged against a baseline: no common mode to wait for
+            self.runner.enabled = not ab  # A/B ran both sides on one runner: a common move is the code's
         self.runner.expect(item.nodeid for item in session.items if _perf_item(item))
         if not ab and any(_times_on_host_cpu(item) for item in session.items):
             try:

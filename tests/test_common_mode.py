@@ -191,6 +191,14 @@ def test_without_holding_the_watch_judges_progressively() -> None:
     assert statuses == ["regression"] * 4 + ["inconclusive"] * 6
 
 
+def test_a_disabled_watch_judges_nothing_against_a_common_mode() -> None:
+    watch = RunnerWatch(holds=False, enabled=False)  # A/B: both sides ran on one runner
+    for node in _nodes(9):
+        [verdict], held = watch.judge(node, "cpu", [timing(1.5)], hold=True)
+        assert verdict.status == "regression" and not held
+    assert not watch.points and not watch.modes
+
+
 def test_backends_have_their_own_common_mode() -> None:
     watch = RunnerWatch(holds=False)
     for node in _nodes(6):

@@ -28,11 +28,13 @@ if TYPE_CHECKING:
 class RunnerWatch:
     """The timed tests of one process by group (backend), the held ones, and the common mode each was judged by.
 
-    ``holds``: reports may wait for the common mode (False under xdist: progressive judging).
+    ``holds``: reports may wait for the common mode (False under xdist: progressive judging); ``enabled``: False
+    where both sides of a comparison ran on one runner (A/B), so a common move is the code's.
     """
 
-    def __init__(self, holds: bool) -> None:
+    def __init__(self, holds: bool, enabled: bool = True) -> None:
         self.holds = holds
+        self.enabled = enabled
         self.points: dict[str, dict[str, Point]] = {}
         #: Held tests: node id -> (group, the verdicts they had when held).
         self.held: dict[str, tuple[str, list[Verdict]]] = {}
@@ -50,7 +52,7 @@ class RunnerWatch:
 
     def judge(self, node_id: str, group: str, verdicts: list[Verdict], hold: bool) -> tuple[list[Verdict], bool]:
         """Note the test's point; its verdicts now and whether its report waits (``hold``: it may wait here)."""
-        found = point(node_id, group, verdicts)
+        found = point(node_id, group, verdicts) if self.enabled else None
         if found is None:
             return verdicts, False
         self.points.setdefault(group, {})[node_id] = found
