@@ -39,6 +39,9 @@ class TestOutcome:
     verdicts: list[Verdict] = field(default_factory=list)
     failures: list[FailureReason] = field(default_factory=list)
     sections: list[ReportSection] = field(default_factory=list)
+    #: The features' reasons (kept when a held report is settled again) and the call report as the body left it.
+    features: list[FailureReason] = field(default_factory=list)
+    body: _Body | None = None
 
     @property
     def failed(self) -> bool:
@@ -62,6 +65,12 @@ class GpuperfSession:
         # The sink is chosen once, here: the gate, or the recorder under --gpuperf-update.
         self.judging = Judging(settings, FileBaselines(settings, ref_loader), choose_sink(config, settings))
         self.outcomes: dict[str, TestOutcome] = {}
+        from pytest_gpuperf.judging.runner_watch import RunnerWatch
+
+        # Held reports wait for the session's common mode; an xdist worker logs each during its test: progressive.
+        self.runner = RunnerWatch(holds=not hasattr(config, "workerinput"))
+        self._held: dict[str, tuple[pytest.Item, list[pytest.TestReport]]] = {}
+        self._running = ""
 
     def pytest_configure(self, config: pytest.Config) -> None:
         """A GpuperfWarning for each ini tolerance >= 1: kept (a loose gate may be meant), saying how it is read."""
@@ -80,6 +89,10 @@ class GpuperfSession:
 
         ab = self.config.pluginmanager.has_plugin(AB_WORKER_PLUGIN) or self.config.getoption("gpuperf_ab", None)
         calibration.set_enabled(not ab)  # A/B judges both sides on this machine: no stored time is compared
+        if ab or self.judging.recording:
+            self.runner.holds = False  # nothing judged against a baseline: no common mode to wait for
+            self.runner.enabled = not ab  # A/B ran both sides on one runner: a common move is the code's
+        self.runner.expect(item.nodeid for item in session.items if _perf_item(item))
         if not ab and any(_times_on_host_cpu(item) for item in session.items):
             try:
                 calibration.process_calibration()
@@ -137,7 +150,7 @@ class GpuperfSession:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """The one place that decides a perf test's outcome: gather it, put it on the call report, fail the report
-        for the first reason (the judging's come first)."""
+        for the first reason (the judging's come first). A report the session's common mode may change waits."""
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         if report.when != "call":
@@ -145,18 +158,75 @@ class GpuperfSession:
         node_id = item.nodeid
         test = self.outcomes.get(node_id) or TestOutcome(node_id, list(self.judging.verdicts.get(node_id, [])))
         self.outcomes[node_id] = test
+        self._watch_runner(test, hold=report.passed and node_id == self._running)
         hook = self.config.hook
-        payload = [verdict_to_dict(v) for v in test.verdicts]
-        test.failures = self._judging_failures(node_id, payload)
-        test.failures += [
+        test.body = _Body.of(item, report)
+        test.features = [
             r for found in hook.pytest_gpuperf_failure_reasons(item=item, verdicts=test.verdicts) for r in found or []
         ]
         test.sections = [s for found in hook.pytest_gpuperf_report_sections(item=item) for s in found or []]
-        data = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(node_id)}
+        self._settle(item, report, test)
+
+    def _settle(self, item: pytest.Item, report: pytest.TestReport, test: TestOutcome) -> None:
+        """Put ``test`` on its call report as the body left it: the payload, the properties, the failure."""
+        assert test.body is not None
+        test.body.restore(item, report)
+        payload = [verdict_to_dict(v) for v in test.verdicts]
+        test.failures = self._judging_failures(test.node_id, payload) + test.features
+        data = {"verdicts": payload, "params": call_params(item), **self.judging.report_context(test.node_id)}
         if report.failed:  # the body's own failure: no update command may suggest recording this test
             data["body_failed"] = True
+        if test.node_id in self.runner.modes:
+            data["runner_change"] = self.runner.modes[test.node_id]
         _attach(item, report, test, data if payload else {})
         _fail(report, test.failures)
+
+    def _watch_runner(self, test: TestOutcome, hold: bool) -> None:
+        """Judge the test's timing against the session's common mode (:mod:`~.judging.runner_watch`), or, when
+        ``hold`` (a passed body of the test :meth:`pytest_runtest_protocol` runs), hold its report until then."""
+        context = self.judging.contexts.get(test.node_id)
+        if context is None or not test.verdicts:
+            return
+        test.verdicts, _ = self.runner.judge(test.node_id, context.backend.name, test.verdicts, hold)
+        self.judging.verdicts[test.node_id] = test.verdicts
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """A perf test's protocol with its reports logged here: at once, or once the common mode is decided."""
+        if not self.runner.holds or not _perf_item(item):
+            return None  # pytest's own protocol
+        from _pytest.runner import runtestprotocol  # the protocol without logging, as rerun plugins use it
+
+        self._running = item.nodeid
+        try:
+            reports = runtestprotocol(item, log=False, nextitem=nextitem)
+        finally:
+            self._running = ""
+            self.runner.ran(item.nodeid)
+        if item.nodeid in self.runner.held:
+            self._held[item.nodeid] = (item, reports)
+        else:
+            _log(item, reports)
+        self._release(self.runner.releasable())
+        return True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        """Reports still held when the session ends early (``-x``, an interrupt): judged with what is known, logged."""
+        self._release(self.runner.release_all())
+
+    def _release(self, judged: list[tuple[str, list[Verdict]]]) -> None:
+        """Settle the held tests' call reports with their verdicts against the common mode, then log them."""
+        for node_id, verdicts in judged:
+            item, reports = self._held.pop(node_id)
+            test = self.outcomes[node_id]
+            test.verdicts = self.judging.verdicts[node_id] = verdicts
+            for report in reports:
+                if report.when == "call" and test.body is not None:
+                    self._settle(item, report, test)
+                elif report.when == "teardown":
+                    report.user_properties = list(item.user_properties)  # as pytest copies them at teardown
+            _log(item, reports)
 
     def _judging_failures(self, node_id: str, payload: list[dict[str, Any]]) -> list[FailureReason]:
         """The judging's reason to fail ``node_id`` (regressions, changed categories, strict misses), if any."""
@@ -167,6 +237,45 @@ class GpuperfSession:
         from pytest_gpuperf.reporting.terminal import failure_longrepr  # first line: the short fact
 
         return [FailureReason("judging", failure_longrepr(node_id, payload, lines))]
+
+
+@dataclass
+class _Body:
+    """A call report as the test body left it, before the session settled it (restored to settle it again)."""
+
+    outcome: str
+    longrepr: Any
+    sections: int
+    properties: int
+    item_properties: int
+
+    @classmethod
+    def of(cls, item: pytest.Item, report: pytest.TestReport) -> _Body:
+        """The call report as the body left it."""
+        lengths = len(report.sections), len(report.user_properties), len(item.user_properties)
+        return cls(report.outcome, report.longrepr, *lengths)
+
+    def restore(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """Undo what settling added to ``report`` (and to ``item``'s properties); a no-op the first time."""
+        report.outcome, report.longrepr = self.outcome, self.longrepr  # type: ignore[assignment]
+        del report.sections[self.sections :]
+        del report.user_properties[self.properties :]
+        del item.user_properties[self.item_properties :]
+        if hasattr(report, REPORT_ATTR):
+            delattr(report, REPORT_ATTR)
+
+
+def _log(item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+    """Log one test's reports as pytest's own protocol does (start, each phase, finish)."""
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _perf_item(item: pytest.Item) -> bool:
+    """A test that may report timing verdicts: it takes the gpuperf fixture, or its ranks are measured for it."""
+    return "gpuperf" in getattr(item, "fixturenames", ()) or item.get_closest_marker("gpuperf_distributed") is not None
 
 
 def _attach(item: pytest.Item, report: pytest.TestReport, test: TestOutcome, data: dict[str, Any]) -> None:

@@ -63,6 +63,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(ReportCollector(config), COLLECTOR_NAME)
 
 
+def pytest_gpuperf_summary_sections(config: pytest.Config, records: list[Any]) -> list[Any] | None:
+    """The session line of a runner that moved (:mod:`pytest_gpuperf.reporting.runner_line`)."""
+    from pytest_gpuperf.reporting.runner_line import runner_section
+
+    section = runner_section(records)
+    return [section] if section is not None else None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Without ``--gpuperf`` (no collector): the features' blocks alone (the rank pool's line)."""
