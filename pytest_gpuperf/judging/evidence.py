@@ -173,9 +173,25 @@ def conditions_rule(evidence: Evidence) -> Doubt | None:
         return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
     extra, worse = verdict.metric.extra, _worse(verdict)
     conditions = conditions_reason(extra)
-    if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
+    limit = contention_limit(extra, verdict.tolerance or 0.0)
+    if conditions and extra.get("settled") is not False and worse is not None and worse > limit:
         return None  # far past what a busy machine does to the thread's own time: still decisive
     return (CONDITIONS, conditions) if conditions else None
+
+
+#: The largest share of waiting a script's ranks may show that still bounds what it explains (4x at most).
+MAX_RANK_WAIT = 0.75
+
+
+def contention_limit(extra: dict[str, Any], tolerance: float) -> float:
+    """The slowdown a contended run may show and still be inconclusive: :data:`CONTENTION_LIMIT` for a sample's
+    thread time; for a wall-clocked script whose ranks waited for a CPU a share ``w`` of their time
+    (``rank_wait_share``, :mod:`pytest_gpuperf.distributed.rank_wait`), what that waiting explains on top of the
+    tolerance, ``(1 + tolerance) / (1 - w)``."""
+    wait = number_or_none(extra.get("rank_wait_share"))
+    if wait is None:
+        return CONTENTION_LIMIT
+    return (1.0 + tolerance) / (1.0 - min(max(wait, 0.0), MAX_RANK_WAIT))
 
 
 #: The timing rules in the order they are asked; the first that doubts decides the reason.
@@ -224,6 +240,12 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
         return (
             f"the step never settled during warm-up ({took}: its times still trended), so its transient is not "
             "judged; give it a longer budget (max_time) or make its first calls cheaper"
+        )
+    if extra.get("contended") and number_or_none(extra.get("rank_wait_share")) is not None:
+        waited = float(extra["rank_wait_share"])
+        return (
+            f"the script's ranks waited for a CPU {waited:.0%} of their time, and it times itself by the wall "
+            f"clock; {QUIETER}"
         )
     if extra.get("contended"):
         share = number_or_none(extra.get("contended_fraction")) or 0.0
