@@ -11,6 +11,7 @@ and writes every observation (samples included) as JSON lines for re-analysis.
 
     python benchmarks/bench_false_alarms.py                  # this CPU, ~10-15 min on 2 shared cores
     python benchmarks/bench_false_alarms.py --device cuda    # GPU workloads (gpu/trust.sh trims it)
+    python benchmarks/bench_false_alarms.py --selections 60  # issue 35: unchanged CPU code, whole file and single tests
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def pytest_runtest_teardown(item):
     if session is None or not path:
         return
     with open(path, "a", encoding="utf-8") as handle:
-        for verdict in session.verdicts.get(item.nodeid, []):
+        outcome = session.outcomes.get(item.nodeid)
+        for verdict in outcome.verdicts if outcome else []:
             metric = verdict.metric
             handle.write(json.dumps({
                 "test": item.nodeid, "metric": metric.name, "kind": metric.kind, "status": verdict.status,
@@ -295,7 +297,13 @@ def main() -> None:
     parser.add_argument("--out", default="", help="directory for observations.jsonl and table.txt")
     parser.add_argument("--pytest-args", default="", help="extra arguments for every pytest run")
     parser.add_argument("--deadline", type=float, default=0.0, help="start no new run after this many seconds")
+    parser.add_argument("--selections", type=int, default=0, help="only judge the 3-test file this many times")
+    parser.add_argument("--rerecord-every", type=int, default=10, help="--selections: re-record every N runs")
+    parser.add_argument("--work", type=int, default=1, help="--selections: judged code does N x the work")
     args = parser.parse_args()
+    if args.selections:
+        selections_main(args)
+        return
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpuperf-trust-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="gpuperf-bench-"))
@@ -358,6 +366,19 @@ def main() -> None:
     for path in (root / "baselines").glob("*.yaml"):
         (out_dir / path.name).write_text(path.read_text())
     print(f"observations: {out_dir / 'observations.jsonl'}; total {time.perf_counter() - started:.0f} s")
+
+
+def selections_main(args: argparse.Namespace) -> None:
+    """``--selections N``: unchanged CPU code judged over whole-file and single-test selections
+    (:mod:`false_alarm_selections`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from false_alarm_selections import run as run_selections
+
+    out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpuperf-selections-"))
+    root = Path(tempfile.mkdtemp(prefix="gpuperf-bench-"))
+    text = run_selections(root, out_dir, args.selections, args.rerecord_every, args.deadline, args.work)
+    (out_dir / "selections.txt").write_text(text + "\n")
+    print(f"observations: {out_dir / 'selections.jsonl'}")
 
 
 if __name__ == "__main__":

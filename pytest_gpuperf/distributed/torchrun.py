@@ -109,6 +109,8 @@ class TorchrunRunner:
         self.backend = backend
         self.timeout = timeout
         self.results: list[TorchrunResult] = []
+        #: The last script run's ranks' wait for a CPU (:func:`~pytest_gpuperf.distributed.rank_wait.wait_facts`).
+        self._wait: dict[str, object] = {}
 
     def run(
         self,
@@ -136,7 +138,7 @@ class TorchrunRunner:
         run_env = process_env({"GPUPERF_BACKEND": self.backend, "PYTHONFAULTHANDLER": "1", **(env or {})})
         stem = name or path.stem
         returncode, output, report, seconds = self._launch(command, run_env, limit, path, nproc_per_node)
-        metrics = self._metrics(report, stem)
+        metrics = self._metrics(report, stem, self._wait)
         if record:
             if not metrics:
                 pytest.fail(
@@ -167,11 +169,16 @@ class TorchrunRunner:
             pytest.fail(f"{self.item.nodeid}: gpuperf_torchrun.run(): {problem}", pytrace=False)
         return path
 
-    def _metrics(self, report: ScriptReport, stem: str) -> list[Metric]:
-        """The script's metrics, with the host's calibration when the test measured one."""
+    def _metrics(self, report: ScriptReport, stem: str, wait: dict[str, object]) -> list[Metric]:
+        """The script's metrics, with the host's calibration when the test measured one and, on a host CPU, how
+        long its ranks waited for a CPU (``wait``: :func:`~pytest_gpuperf.distributed.rank_wait.wait_facts`)."""
         from pytest_gpuperf.distributed.judging import imbalance_tolerance, with_host_calibration
 
-        return with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
+        metrics = with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
+        for metric in metrics:
+            if "calibration" in metric.extra:  # a wall-clocked timing on the host CPU
+                metric.extra.update(wait)
+        return metrics
 
     def _judge(
         self, metrics: list[Metric], stem: str, nproc: int, launch: Callable[[], tuple[int, str, ScriptReport, float]]
@@ -183,7 +190,7 @@ class TorchrunRunner:
 
         def again() -> dict[str, Metric]:
             _, _, more, _ = launch()
-            return {m.name: m for m in self._metrics(more, stem)}
+            return {m.name: m for m in self._metrics(more, stem, self._wait)}
 
         second_opinion(self.item, self.handle, again)
 
@@ -191,6 +198,8 @@ class TorchrunRunner:
         self, command: list[str], run_env: dict[str, str], limit: float, path: Path, nproc: int
     ) -> tuple[int, str, ScriptReport, float]:
         """One run of the script on ``nproc`` ranks; fails the test on a timeout or a non-zero exit."""
+        from pytest_gpuperf.distributed.rank_wait import RankWait, wait_facts
+
         started = time.perf_counter()
         proc = popen_guarded(  # nothing it starts outlives pytest (see procs.guard)
             command,
@@ -202,7 +211,9 @@ class TorchrunRunner:
         )
         timed_out = False
         try:
-            raw, _ = proc.communicate(timeout=limit)
+            with RankWait(proc.pid) as waited:
+                raw, _ = proc.communicate(timeout=limit)
+            self._wait = wait_facts(waited.share())
         except subprocess.TimeoutExpired:
             timed_out = True
             raw = self._stop(proc)

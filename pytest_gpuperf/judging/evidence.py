@@ -89,9 +89,15 @@ def clock_rule(evidence: Evidence) -> Doubt | None:
 
 
 def spread_rule(evidence: Evidence) -> Doubt | None:
-    """The baseline's processes spread wider than the tolerance, and the change lies within that band."""
+    """The baseline's processes spread wider than the tolerance, and the change lies within that band.
+
+    A short host-CPU step's band is at least :data:`SHORT_STEP_STATES` (:func:`short_host_step`), whatever the
+    processes that recorded it happened to show.
+    """
     verdict, entry = evidence.verdict, evidence.entry
-    spread = number_or_none((entry or {}).get("process_spread"))
+    recorded_spread = number_or_none((entry or {}).get("process_spread"))
+    short = short_host_step(verdict, entry)
+    spread = max(recorded_spread or 0.0, SHORT_STEP_STATES) if short else recorded_spread
     worse, tolerance = _worse(verdict), verdict.tolerance or 0.0
     if spread is None or spread <= tolerance or worse is None:
         return None
@@ -100,7 +106,41 @@ def spread_rule(evidence: Evidence) -> Doubt | None:
     if max(worse, 1.0 / worse) - 1.0 > spread + tolerance:
         return None
     recorded = number_or_none((entry or {}).get("processes"))
+    if short and spread > (recorded_spread or 0.0):
+        return SPREAD, short_step_reason(spread, tolerance)
     return SPREAD, spread_fix(spread, tolerance, evidence.node_id, "this test's", "here", recorded)
+
+
+#: A host-CPU step that takes less than this share of one calibration call (:mod:`pytest_gpuperf.timing.calibration`,
+#: tens of microseconds) is short: its time is mostly dispatch and the placement of a few small buffers, which a whole
+#: process keeps from start to end, so fresh processes of one machine land in a fast or a slow state of it
+#: (``docs/PERFORMANCE.md``: a 4 us step read +52% in 2 of 7 fresh processes, its recording's 3 all fast).
+SHORT_STEP_CALLS = 0.25
+#: The least spread between processes a short host-CPU step is judged with: a change within this band plus the
+#: tolerance is inconclusive however closely the recording's processes agreed; past it, the step is judged.
+SHORT_STEP_STATES = 0.5
+
+
+def short_host_step(verdict: Verdict, entry: dict[str, Any] | None) -> bool:
+    """True for a host-CPU time whose baseline step is shorter than :data:`SHORT_STEP_CALLS` calibration calls."""
+    base, calibration = number_or_none((entry or {}).get("value")), number_or_none((entry or {}).get("calibration"))
+    return (
+        verdict.metric.kind == KIND_TIME
+        and number_or_none(verdict.metric.extra.get("calibration")) is not None
+        and base is not None
+        and calibration is not None
+        and 0 < base < SHORT_STEP_CALLS * calibration
+    )
+
+
+def short_step_reason(spread: float, tolerance: float) -> str:
+    """Why a short host-CPU step's change within its process-state band is not evidence, and what would decide."""
+    return (
+        f"a host-CPU step this short (under {SHORT_STEP_CALLS:g} calls of the calibration kernel) varies up to "
+        f"{spread:.0%} between fresh processes of one machine (its dispatch and buffer placement are fixed per "
+        f"process), so a change within {spread:.0%} plus the {tolerance:.0%} tolerance is not judged; make the step "
+        "longer (several calls per measured step) for a tighter gate"
+    )
 
 
 def replacing_processes(recorded: float | None) -> int:
@@ -133,9 +173,25 @@ def conditions_rule(evidence: Evidence) -> Doubt | None:
         return None  # an unsettled or contended run only ever reads slower: "unchanged" still holds
     extra, worse = verdict.metric.extra, _worse(verdict)
     conditions = conditions_reason(extra)
-    if conditions and extra.get("settled") is not False and worse is not None and worse > CONTENTION_LIMIT:
+    limit = contention_limit(extra, verdict.tolerance or 0.0)
+    if conditions and extra.get("settled") is not False and worse is not None and worse > limit:
         return None  # far past what a busy machine does to the thread's own time: still decisive
     return (CONDITIONS, conditions) if conditions else None
+
+
+#: The largest share of waiting a script's ranks may show that still bounds what it explains (4x at most).
+MAX_RANK_WAIT = 0.75
+
+
+def contention_limit(extra: dict[str, Any], tolerance: float) -> float:
+    """The slowdown a contended run may show and still be inconclusive: :data:`CONTENTION_LIMIT` for a sample's
+    thread time; for a wall-clocked script whose ranks waited for a CPU a share ``w`` of their time
+    (``rank_wait_share``, :mod:`pytest_gpuperf.distributed.rank_wait`), what that waiting explains on top of the
+    tolerance, ``(1 + tolerance) / (1 - w)``."""
+    wait = number_or_none(extra.get("rank_wait_share"))
+    if wait is None:
+        return CONTENTION_LIMIT
+    return (1.0 + tolerance) / (1.0 - min(max(wait, 0.0), MAX_RANK_WAIT))
 
 
 #: The timing rules in the order they are asked; the first that doubts decides the reason.
@@ -184,6 +240,12 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
         return (
             f"the step never settled during warm-up ({took}: its times still trended), so its transient is not "
             "judged; give it a longer budget (max_time) or make its first calls cheaper"
+        )
+    if extra.get("contended") and number_or_none(extra.get("rank_wait_share")) is not None:
+        waited = float(extra["rank_wait_share"])
+        return (
+            f"the script's ranks waited for a CPU {waited:.0%} of their time, and it times itself by the wall "
+            f"clock; {QUIETER}"
         )
     if extra.get("contended"):
         share = number_or_none(extra.get("contended_fraction")) or 0.0

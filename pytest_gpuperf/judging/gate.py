@@ -96,11 +96,17 @@ class Gate(Sink):
     def second_look(
         self, lookup: Lookup, verdicts: list[Verdict], fresh: FreshRuns, where: str
     ) -> tuple[list[Verdict], str | None]:
-        """A suspected regression measured once more in a fresh process; one that disagrees is inconclusive."""
+        """A suspected regression measured again in fresh processes (2 for a host-CPU timing,
+        :func:`~pytest_gpuperf.judging.replication.confirmations`); one that disagrees makes it inconclusive."""
+        from pytest_gpuperf.judging.replication import confirmations
+
         if not self.wants_confirmation(verdicts):
             return verdicts, None
-        runs, note = fresh(1)
-        return self.confirm(lookup, verdicts, runs[0] if runs else None, note, where), None
+        runs, note = fresh(confirmations(suspects(verdicts)))  # a host-CPU suspect: each of 2 must agree
+        verdicts = self.confirm(lookup, verdicts, runs[0] if runs else None, note, where)
+        for again in runs[1:]:
+            verdicts = self.confirm(lookup, verdicts, again, note, where)
+        return verdicts, None
 
     def failure_lines(self, verdicts: list[Verdict]) -> list[str]:
         """Regressions and changed categories; under ``--gpuperf-strict`` also missing and inconclusive ones."""

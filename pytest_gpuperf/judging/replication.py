@@ -161,6 +161,19 @@ def reconcile(
     return replace(first, message=f"{first.message}; confirmed in {where} ({change})")
 
 
+#: Fresh processes a suspected host-CPU regression is confirmed in: all must agree. Whole processes of one host land
+#: in a fast or a slow state, and a confirmation in one more process agrees with a slow first one as often as that
+#: state comes up; a slowdown of the code slows the fastest of the three as well.
+HOST_CONFIRMATIONS = 2
+
+
+def confirmations(suspected: list[Verdict]) -> int:
+    """Fresh processes that confirm ``suspected``: :data:`HOST_CONFIRMATIONS` when one is a host-CPU timing (it
+    carries a host calibration), else 1."""
+    host = any(number_or_none(v.metric.extra.get("calibration")) for v in suspected)
+    return HOST_CONFIRMATIONS if host else 1
+
+
 def can_replicate(item: Any) -> bool:
     """True when a fresh process can run this test again (a feature implements the hook; module-level, local)."""
     hook = item.config.hook.pytest_gpuperf_run_in_fresh_processes
