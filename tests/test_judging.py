@@ -99,6 +99,7 @@ def test_ranks_plan_against_the_entries_the_pytest_process_judges_with(tmp_path:
         get_closest_marker=lambda name: None,
         module=SimpleNamespace(__name__="test_x", __file__=str(tmp_path / "test_x.py")),
         nodeid=NODE,
+        config=SimpleNamespace(hook=SimpleNamespace(pytest_gpuperf_rank_measure_instead=lambda item: None)),
     )
     task = build_task(item, "fake")  # type: ignore[arg-type]
     assert task.baseline_entries == {"step.time": time_entry(7.0)}
