@@ -31,8 +31,12 @@ A_PLAIN=$(timed A_plain 120 perf_tests/test_seed_kernels.py "${COMMON[@]}")
 A_NCU=$(timed A_ncu 150 perf_tests/test_seed_kernels.py "${COMMON[@]}" --gpuperf-ncu -v)
 B_ALL=$(timed B_all 240 perf_tests "${COMMON[@]}" --gpuperf-ncu --gpuperf-profile -v \
   --gpuperf-json "$W/B_all.json" --gpuperf-markdown "$W/B_all.md")
-B2_FSDP=$(timed B2_fsdp2 150 perf_tests/test_fsdp2.py -k training_step "${COMMON[@]}" --gpuperf-ncu -v \
-  --gpuperf-json "$W/B2_fsdp2.json")
+if [ "${B2:-1}" = 1 ]; then  # B2=0 leaves it out (part B runs the FSDP2 step too)
+  B2_FSDP=$(timed B2_fsdp2 150 perf_tests/test_fsdp2.py -k training_step "${COMMON[@]}" --gpuperf-ncu -v \
+    --gpuperf-json "$W/B2_fsdp2.json")
+else
+  B2_FSDP="B2_fsdp2 0 0"; : > "$W/B2_fsdp2.log"; : > "$W/B2_fsdp2.ncu_left.txt"
+fi
 
 S=$(mktemp -d /tmp/ncu-synthetic-XXXX)
 cat > "$S/test_many_kernels.py" <<'PY'
