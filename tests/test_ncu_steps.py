@@ -238,3 +238,24 @@ def test_the_tables_reach_the_json_report_and_the_markdown_summary() -> None:
     assert "### Nsight Compute: kernels of each step" in summary.markdown
     assert "every kernel profiled: 2 operation(s), within the cap of 24" in summary.markdown
     assert _ncu_section([]) is None
+
+
+def test_the_ncu_child_runs_its_distributed_tests_after_every_single_process_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.profiling.ncu_child import GATE_ENV, NcuChildExtension
+
+    monkeypatch.delenv(GATE_ENV, raising=False)
+
+    def item(name: str, distributed: bool) -> SimpleNamespace:
+        marker = object() if distributed else None
+        return SimpleNamespace(
+            nodeid=f"t.py::{name}", path=tmp_path / "t.py", get_closest_marker=lambda _name, m=marker: m
+        )
+
+    items = [item("fsdp", True), item("linear", False), item("ranks", True), item("minillm", False)]
+    session = SimpleNamespace(items=list(items))
+    NcuChildExtension(tmp_path / "windows.jsonl", top_ops=8).pytest_collection_finish(session)  # type: ignore[arg-type]
+    assert [i.nodeid.split("::")[1] for i in session.items] == ["linear", "minillm", "fsdp", "ranks"]

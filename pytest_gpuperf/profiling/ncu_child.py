@@ -193,6 +193,9 @@ class NcuChildExtension:
         from pytest_gpuperf.profiling.ncu_command import ncu_test_key
 
         self._keys = {item.nodeid: ncu_test_key(item.path, item.nodeid) for item in session.items}
+        # Distributed tests last: their ranks start under ncu (new processes, a process group), the slowest windows
+        # to reach; every single-process test's window is then captured before any of theirs within the budget.
+        session.items.sort(key=lambda item: item.get_closest_marker("gpuperf_distributed") is not None)
         gate = os.environ.get(GATE_ENV)
         if gate and not self._wait_for_turn(Path(gate)):
             session.items[:] = []

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Default of ``gpuperf_ncu_top_ops``: at most this many operations of a step are profiled.
-DEFAULT_TOP_OPS = 24
+#: Default of ``gpuperf_ncu_top_ops``: at most this many operations of a step are profiled. One operation can launch
+#: dozens of kernels (an optimizer's foreach ops), and ncu replays each kernel for about half a second.
+DEFAULT_TOP_OPS = 8
 #: The chosen operations stop growing once they cover this share of the operations' device time.
 COVERAGE = 0.9
 #: Below this share of the step's own device time seen inside ATen operations, the whole step is captured.

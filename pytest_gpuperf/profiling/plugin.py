@@ -64,7 +64,7 @@ OPTIONS: list[tuple[Any, ...]] = [
     (
         "gpuperf_ncu_top_ops",
         "int",
-        24,
+        8,
         "ncu profiles the kernels of at most this many of a step's operations, the longest by device time "
         "(fewer once they cover 90% of it); 0: every kernel of the step",
         {"minimum": 0},
