@@ -38,14 +38,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that runs an inner pytest through ``pytester`` is an end-to-end test: mark it ``e2e``.
+    """Every test that runs an inner pytest through ``pytester`` is an end-to-end test: mark it ``e2e``; then
+    run the end-to-end tests first.
 
     ``pytest tests -m "not e2e"`` then runs the unit tests alone. Tests that are end to end without pytester
     (a real subprocess, a rank pool, an installed wheel) carry ``@pytest.mark.e2e`` themselves.
+
+    The order is for ``pytest -n 2``: xdist hands out tests in collection order, so with the seconds-long
+    end-to-end tests first the last ones handed out are sub-second unit tests, which even out the workers'
+    finishing times; in file order one worker could be left running a rank-pool test alone at the end.
     """
     for item in items:
         if "pytester" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: file order within each group
 
 
 @pytest.fixture(autouse=True)

@@ -138,7 +138,9 @@ def exit_now(code: int) -> NoReturn:
 def main() -> None:
     """``fork_server.py FD``: serve the connected socket FD."""
     conn = socket.socket(fileno=int(sys.argv[1]))
-    base_path = [p for p in sys.path[1:]]  # sys.path[0] is this script's directory, not a fresh run's
+    # sys.path[0] is this script's directory, not a fresh run's; PYTHONPATH's entries come from each request.
+    from_env = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    base_path = [p for p in sys.path[1:] if os.path.abspath(p) not in from_env]
     scratch = tempfile.mkdtemp(prefix="fork-server-")
     preload(scratch)
     os.rmdir(scratch)

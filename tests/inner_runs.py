@@ -62,7 +62,7 @@ class ForkServer:
         """Start the server process (it imports torch and pytest, then waits for requests)."""
         self._sources = project_sources()
         ours, theirs = socket.socketpair()
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a fresh run's base sys.path
+        env = dict(os.environ)  # PYTHONPATH too: the server preloads the plugin this outer run imports
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, str(SERVER_SCRIPT), str(theirs.fileno())],

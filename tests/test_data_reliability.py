@@ -230,11 +230,14 @@ def test_a_killed_controller_of_an_n2_update_leaves_no_process_and_writes_nothin
         time.sleep(0.1)
     workers = [int(p.name) for p in marks.iterdir()]
     assert len(workers) == 2, "the workers did not start their tests"
+    tests_end = time.monotonic() + 4  # the tests the workers are running sleep 4 s after their mark
     controller.send_signal(sig)
     controller.wait(timeout=30)
-    time.sleep(5)
+    gone_by = time.monotonic() + 5
+    while [pid for pid in workers if _alive(pid)] and time.monotonic() < gone_by:
+        time.sleep(0.1)
     assert not [pid for pid in workers if _alive(pid)], "an xdist worker outlived its killed controller by 5 s"
-    time.sleep(2)  # past the end of the tests the workers were running
+    time.sleep(max(0.0, tests_end + 1 - time.monotonic()))  # past the end of the tests the workers were running
     baselines = pytester.path / "baselines"
     assert not baselines.exists() or not [p for p in baselines.iterdir() if p.suffix in (".yaml", ".tmp")]
 

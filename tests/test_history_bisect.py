@@ -68,8 +68,20 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.mark.e2e
-def test_git_bisect_run_finds_the_commit(tmp_path: Path, fast_args: list[str]) -> None:
-    """16 commits; the 9th makes the step allocate 16x; `git bisect run` with the flag names it."""
+def test_git_bisect_run_finds_the_commit(
+    tmp_path: Path, fast_args: list[str], monkeypatch: pytest.MonkeyPatch, steady_calibration_value: str
+) -> None:
+    """4 commits; the 3rd makes the step allocate 16x; `git bisect run` with the flag names it.
+
+    Two candidates lie between the good and the bad end, so bisect judges a good and a bad commit before it names
+    the first bad one. Each of its steps is a fresh pytest that imports torch: the chain is kept that short, and
+    every step reads this session's one host calibration and CPU brand (as pytester's inner runs do).
+    """
+    from pytest_gpuperf.backends.cpu import BRAND_ENV, cpu_brand
+    from pytest_gpuperf.timing.calibration import PIN_ENV
+
+    monkeypatch.setenv(PIN_ENV, steady_calibration_value)
+    monkeypatch.setenv(BRAND_ENV, cpu_brand())
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
@@ -77,8 +89,8 @@ def test_git_bisect_run_finds_the_commit(tmp_path: Path, fast_args: list[str]) -
     _git(repo, "config", "user.name", "t")
     (repo / "conftest.py").write_text("")
     command = [sys.executable, "-m", "pytest", "-q", "--gpuperf", *fast_args, *LOOSE_TIME, "test_perf.py"]
-    for number in range(1, 17):
-        (repo / "test_perf.py").write_text(PERF_TEST.format(alloc=16 if number >= 9 else 1))
+    for number in range(1, 5):
+        (repo / "test_perf.py").write_text(PERF_TEST.format(alloc=16 if number >= 3 else 1))
         (repo / "notes.txt").write_text(f"change {number}\n")
         if number == 1:
             subprocess.run([*command, "--gpuperf-update"], cwd=repo, check=True, capture_output=True)
@@ -90,7 +102,7 @@ def test_git_bisect_run_finds_the_commit(tmp_path: Path, fast_args: list[str]) -
     done = subprocess.run(
         ["git", "bisect", "run", *command, "--gpuperf-bisect"], cwd=repo, capture_output=True, text=True, env=env
     )
-    assert f"{shas[8]} is the first bad commit" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert f"{shas[2]} is the first bad commit" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
 
 
 CREEP_BASELINE = """schema_version: 1
