@@ -232,6 +232,9 @@ def run_pytest(
             "work_change": (judged.get("extra") or {}).get("work_change"),
             "power_warmup_seconds": (judged.get("extra") or {}).get("power_warmup_seconds"),
             "sustained_sm_clock_mhz": (judged.get("extra") or {}).get("sustained_sm_clock_mhz"),
+            "power_capped": (judged.get("extra") or {}).get("power_capped"),
+            "gpu_temperature_c": (judged.get("extra") or {}).get("gpu_temperature_c"),
+            "method": (judged.get("extra") or {}).get("method"),
             "message": judged.get("message", ""),
         }
     return out
@@ -244,7 +247,8 @@ def show_recorded(project: Path) -> None:
     for path in sorted((project / "baselines").glob("*.yaml")):
         for node, metrics in (yaml.safe_load(path.read_text()).get("tests") or {}).items():
             entry = metrics.get("step.time") or {}
-            facts = {k: entry.get(k) for k in ("value", "sm_clock_mhz", "clock_exponent", "clock_exponent_se")}
+            keys = ("value", "sm_clock_mhz", "clock_exponent", "clock_exponent_se", "power_capped", "process_spread")
+            facts = {k: entry.get(k) for k in keys}
             print(f"  baseline {node.rpartition('[')[2].rstrip(']')}: {facts}", flush=True)
 
 

@@ -99,9 +99,21 @@ def test_a_huge_integer_is_an_error_naming_file_and_line_not_an_overflow(tmp_pat
 
 
 # -- every field a verdict reads is checked (one table) --------------------------------------------------------
+FLAGS = ("power_capped",)
 EVIDENCE = [
-    row.name for row in ENTRY_FIELDS if row.name not in ("kind", "unit", "better", "method", "value", "samples")
+    row.name
+    for row in ENTRY_FIELDS
+    if row.name not in ("kind", "unit", "better", "method", "value", "samples", *FLAGS)
 ]
+
+
+@pytest.mark.parametrize("bad", ["1", "0", "yes-please", "1.5", "[true]"])
+def test_a_flag_field_refuses_anything_but_true_or_false(tmp_path: Path, bad: str) -> None:
+    text = HEAD + f"    step.time: {{value: 0.5, unit: s, kind: time, power_capped: {bad}}}\n"
+    with pytest.raises(BaselineError, match="power_capped must be true or false"):
+        parse_baseline_text(tmp_path / "x.yaml", text)
+    ok = HEAD + "    step.time: {value: 0.5, unit: s, kind: time, power_capped: true}\n"
+    parse_baseline_text(tmp_path / "y.yaml", ok)
 
 
 @pytest.mark.parametrize("name", EVIDENCE)

@@ -294,3 +294,35 @@ def test_at_a_tight_tolerance_a_small_clock_change_is_judged_across_the_band(tmp
     default.tolerance = 0.05
     verdict = _judge(tmp_path, [default], _gemm_baseline(1515, (0.53, 0.04)))[0]
     assert "judged_on" not in default.extra and verdict.status == "unchanged", verdict.message
+
+
+def test_at_the_power_cap_a_clock_within_three_percent_is_the_caps_wander_and_time_decides(tmp_path: Path) -> None:
+    # Both sides at the power cap, the run's clock 2.6% above the baseline's, a 2% gate: the time (+0.4%) decides,
+    # not a band that would read the same work as up to +2.6% (the H200 GEMM's unchanged runs, issue 38).
+    run = _gemm_run(1.004, 1555, (0.6, 0.12))
+    run.extra["power_capped"] = True
+    base = _gemm_baseline(1515, (0.6, 0.12))
+    base["step.time"]["power_capped"] = True
+    verdict = _judge(tmp_path, [run], base, time_tolerance=0.02)[0]
+    assert verdict.status == "unchanged", verdict.message
+    assert "judged_on" not in run.extra
+
+
+def test_uncapped_or_past_three_percent_the_band_still_reads_the_clock_at_a_tight_gate(tmp_path: Path) -> None:
+    run = _gemm_run(1.004, 1555, (0.6, 0.12))  # the same readings, the baseline not at the cap: the band engages
+    verdict = _judge(tmp_path, [run], _gemm_baseline(1515, (0.6, 0.12)), time_tolerance=0.02)[0]
+    assert run.extra["judged_on"] == "time+clock exponent", verdict.message
+    far = _gemm_run(1.004, 1650, (0.6, 0.12))  # both capped, but the clock 8.9% off: a hotter or cooler chip
+    far.extra["power_capped"] = True
+    base = _gemm_baseline(1515, (0.6, 0.12))
+    base["step.time"]["power_capped"] = True
+    verdict = _judge(tmp_path, [far], base, time_tolerance=0.02)[0]
+    assert far.extra["judged_on"] == "time+clock exponent" and verdict.status != "unchanged", verdict.message
+
+
+def test_a_tight_gate_records_its_baseline_from_three_processes() -> None:
+    from pytest_gpuperf.judging.replication import default_processes
+
+    assert default_processes(host_cpu=False) == 1
+    assert default_processes(host_cpu=False, tight=True) == 3
+    assert default_processes(host_cpu=False, power_capped=True) == 3

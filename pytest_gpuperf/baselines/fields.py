@@ -80,6 +80,14 @@ def _word(name: str) -> Check:
     return lambda value, entry: word(value, entry, name)
 
 
+def _flag(name: str) -> Check:
+    def run(value: Any, entry: dict[str, Any]) -> None:
+        if not isinstance(value, bool):
+            raise NumberError(f"{name} must be true or false, got {value!r}")
+
+    return run
+
+
 def _better(value: Any, entry: dict[str, Any]) -> None:
     if value not in BETTER:
         raise NumberError(f"better must be one of {', '.join(BETTER)}, got {value!r}")
@@ -275,6 +283,13 @@ ENTRY_FIELDS: list[EntryField] = [
         clock_moved("mem_clock_mhz", "MEM_CLOCK_CHANGE"),
         "evidence (another memory clock makes a memory-bound step's verdict inconclusive)",
         meaning="the GPU's memory clock while recording; another one makes a memory-bound verdict inconclusive",
+    ),
+    EntryField(
+        "power_capped",
+        _flag("power_capped"),
+        changed("power_capped"),  # capped on both sides: time alone decides, not the clock band
+        "the clock rule (at the power cap on both sides the time decides, not the SM clock)",
+        meaning="the GPU ran the step at its power cap while recording (NVML's power-cap clock event)",
     ),
     EntryField(
         "clock_exponent",

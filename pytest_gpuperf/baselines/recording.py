@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pytest_gpuperf.baselines.update import BaselineUpdater, Entries
 from pytest_gpuperf.judging.gate import Gate
-from pytest_gpuperf.judging.replication import combine, default_processes, noise_facts, same_state, spread_recorded
+from pytest_gpuperf.judging.replication import (
+    TIGHT_TOLERANCE,
+    combine,
+    default_processes,
+    is_timing,
+    noise_facts,
+    same_state,
+    spread_recorded,
+)
 from pytest_gpuperf.judging.sink import FreshRuns, Lookup, Sink
 from pytest_gpuperf.results import Metric, Verdict
 
@@ -75,12 +83,14 @@ class Recorder(Sink):
     ) -> tuple[list[Verdict], str | None]:
         """The baseline from ``processes`` runs in one speed state of the host, the spread between them stored.
 
-        3 processes on a host CPU or a GPU at its power cap unless asked (:func:`default_processes`); a process in
-        another speed state is replaced (:func:`same_state`). Warns when fewer finished or some were left out.
+        3 processes on a host CPU, a GPU at its power cap or under a tight gate unless asked
+        (:func:`default_processes`); a process in another speed state is replaced (:func:`same_state`). Warns when
+        fewer finished or some were left out.
         """
         node_id = lookup.node_id
         capped = any(v.metric.extra.get("power_capped") for v in verdicts)
-        wanted = self.processes or default_processes(lookup.context.backend.is_host_cpu(), capped)
+        tight = any(is_timing(v.metric) and (v.tolerance or 1.0) < TIGHT_TOLERANCE for v in verdicts)
+        wanted = self.processes or default_processes(lookup.context.backend.is_host_cpu(), capped, tight)
         if wanted <= 1:
             return verdicts, None
         runs, note = fresh(wanted - 1)

@@ -80,6 +80,8 @@ def metric_to_entry(metric: Metric) -> dict[str, Any]:
             value = metric.extra.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 entry[key] = value
+        if metric.extra.get("power_capped") is True:  # the clock rule judges time alone when both ran capped
+            entry["power_capped"] = True
     return entry
 
 

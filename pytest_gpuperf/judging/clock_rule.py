@@ -32,6 +32,7 @@ __all__ = [
     "CLOCK_CHANGE",
     "across_band",
     "at_exponent",
+    "at_power_cap",
     "band_of",
     "band_words",
     "bracket",
@@ -53,28 +54,41 @@ def clocks(metric: Metric, entry: dict[str, Any] | None) -> tuple[float, float] 
     return (run, base) if run and base else None
 
 
-def clock_threshold(tolerance: float | None = None) -> float:
+def at_power_cap(metric: Metric, entry: dict[str, Any] | None) -> bool:
+    """True when the run and its baseline both ran the step at the GPU's power cap (NVML's power-cap reason).
+
+    At the cap the power limit, not the SM clock, sets how much work the GPU does per second, and the clock it
+    reports wanders by a few percent with its temperature and voltage while the work rate holds (on the H200 a bf16
+    GEMM's device time held within 0.6% across processes whose SM clocks were 4% apart). Only a larger move of the
+    clock (a hotter or cooler chip) moves the rate: :func:`clock_threshold`.
+    """
+    return bool(metric.extra.get("power_capped")) and bool((entry or {}).get("power_capped"))
+
+
+def clock_threshold(tolerance: float | None = None, capped: bool = False) -> float:
     """The SM clock change (relative) from which a timing verdict is judged across the clock-exponent band.
 
     :data:`CLOCK_CHANGE`, or half the ``tolerance`` when that is smaller: a step's time moves with its clock by at
     most the clock's own change (``a <= 1``), so below half the tolerance the clock alone cannot carry a reading
     across it, while at a tight tolerance (2%) a clock 2% faster than the baseline's would hide a third of a 4%
-    slowdown if the time were read as it is.
+    slowdown if the time were read as it is. Not when both sides ran at the power cap (``capped``,
+    :func:`at_power_cap`): there a clock within :data:`CLOCK_CHANGE` of the baseline's is the cap's own wander, and
+    reading the time across the band would add the clock's noise to it.
     """
-    if isinstance(tolerance, (int, float)) and tolerance > 0:
+    if isinstance(tolerance, (int, float)) and tolerance > 0 and not capped:
         return min(CLOCK_CHANGE, tolerance / 2.0)
     return CLOCK_CHANGE
 
 
-def clocks_differ(run_mhz: float, base_mhz: float, tolerance: float | None = None) -> bool:
+def clocks_differ(run_mhz: float, base_mhz: float, tolerance: float | None = None, capped: bool = False) -> bool:
     """True when an SM clock is more than :func:`clock_threshold` off another: another GPU state, not the same."""
-    return abs(run_mhz / base_mhz - 1.0) > clock_threshold(tolerance)
+    return abs(run_mhz / base_mhz - 1.0) > clock_threshold(tolerance, capped)
 
 
 def clock_changed(metric: Metric, entry: dict[str, Any] | None, tolerance: float | None = None) -> bool:
     """True when the run's SM clock is more than :func:`clock_threshold` off the baseline's."""
     pair = clocks(metric, entry)
-    return pair is not None and clocks_differ(*pair, tolerance)
+    return pair is not None and clocks_differ(*pair, tolerance, at_power_cap(metric, entry))
 
 
 def bracket(time_status: str, cycles_status: str) -> str | None:

@@ -31,10 +31,15 @@ CPU_PROCESSES = 3
 DEVICE_PROCESSES = 1
 
 
-def default_processes(host_cpu: bool, power_capped: bool = False) -> int:
-    """Processes a baseline is recorded from when the user did not say: 3 on a host CPU or a GPU that ran the step at
-    its power cap, else 1."""
-    return CPU_PROCESSES if host_cpu or power_capped else DEVICE_PROCESSES
+#: A timing tolerance below this is a tight gate: its baseline needs the spread between processes known, since a
+#: device step's time can sit a few percent apart in two processes (the GPU's thermal state, its allocations).
+TIGHT_TOLERANCE = 0.05
+
+
+def default_processes(host_cpu: bool, power_capped: bool = False, tight: bool = False) -> int:
+    """Processes a baseline is recorded from when the user did not say: 3 on a host CPU, a GPU that ran the step at
+    its power cap, or a tight gate (``tight``: a timing tolerance under :data:`TIGHT_TOLERANCE`), else 1."""
+    return CPU_PROCESSES if host_cpu or power_capped or tight else DEVICE_PROCESSES
 
 
 def is_timing(metric: Metric) -> bool:
