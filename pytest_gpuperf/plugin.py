@@ -82,7 +82,8 @@ OPTIONS: list[tuple[Any, ...]] = [
         "int",
         0,
         "with --gpuperf-update, record each baseline from N fresh processes and store their spread "
-        "(0: 3 on the CPU backend and on a GPU that ran the test at its power cap, 1 otherwise)",
+        "(0: 3 on the CPU backend, on a GPU that ran the test at its power cap and for a time tolerance under 5%, "
+        "1 otherwise)",
         {"minimum": 0, "section": "baselines"},
     ),
     ("gpuperf_time_tolerance", "float", 0.05, "tolerated slowdown of time/throughput on GPUs (0.05 = 5%)", _TOLERANCE),
