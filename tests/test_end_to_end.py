@@ -277,6 +277,7 @@ def test_ini_twins_configure_the_plugin(pytester: pytest.Pytester) -> None:
         gpuperf_update = true
         gpuperf_max_time = 0.2
         gpuperf_min_samples = 3
+        gpuperf_processes = 1
         """
     )
     pytester.makepyfile(

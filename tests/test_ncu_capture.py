@@ -446,7 +446,9 @@ def test_a_gated_child_waits_for_go_or_stop_and_for_a_parent_that_is_still_there
 #: A fake ``ncu`` that runs the child command it is given, as ncu does (its own options end at ``--log-file X``).
 PASS_THROUGH_NCU = 'while [ "$1" != "--log-file" ]; do shift; done\nshift 2\nexec "$@"\n'
 #: The child's tests: each marks that it ran; the conftest marks that the child collected them (the hook before
-#: ``pytest_collection_finish``, where the child waits).
+#: ``pytest_collection_finish``, where the child waits). The conftest imports torch when it is imported, so the
+#: import the child's gate makes before it waits is already done when "collected" appears: from then on the child
+#: is at its gate, and the test times the gate, not a torch import on a loaded machine.
 GATED_CHILD_TESTS = """
 from pathlib import Path
 
@@ -455,6 +457,8 @@ def test_a():
 """
 GATED_CHILD_CONFTEST = """
 from pathlib import Path
+
+import torch  # noqa: F401
 
 def pytest_collection_modifyitems(items):
     Path("collected").write_text("yes")

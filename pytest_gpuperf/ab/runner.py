@@ -102,10 +102,15 @@ class AbRunner:
         ]
 
     def install_worker_plugin(self) -> Path:
-        """Copy the worker plugin next to the scratch files; its folder goes on both sides' PYTHONPATH."""
+        """Copy the worker plugin next to the scratch files; its folder goes on both sides' PYTHONPATH.
+
+        Written to a file of this process's own, then renamed into place: a worker starting meanwhile (or another
+        xdist worker's run installing it too) reads the old file or the new one, never a half-written one."""
         folder = self.scratch / "plugin"
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(__file__).with_name("worker_plugin.py"), folder / f"{WORKER_MODULE}.py")
+        partial = folder / f".{WORKER_MODULE}.{os.getpid()}.tmp"
+        shutil.copyfile(Path(__file__).with_name("worker_plugin.py"), partial)
+        os.replace(partial, folder / f"{WORKER_MODULE}.py")
         return folder
 
     def _scope(self, side: Side, pair: int, selected: list[str], full_scope: bool) -> list[str]:
