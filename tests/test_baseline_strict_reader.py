@@ -266,6 +266,32 @@ def test_an_unchanged_file_is_parsed_once_and_a_replaced_one_again(
     assert len(calls) == 3
 
 
+# -- yaml imported a second time in one process -------------------------------------------------------------------
+def test_a_baseline_is_read_after_yaml_was_dropped_from_sys_modules_and_imported_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pytester's in-process runs drop the modules a run imported first; libyaml's C binding is loaded once per
+    process and stays bound to the first ``yaml`` package, so the reader must not mix it with a second one."""
+    import sys
+
+    import yaml  # the first import (or the suite's): the one the C binding belongs to
+
+    for name in [n for n in sys.modules if n == "yaml" or n.startswith(("yaml.", "_yaml"))]:
+        monkeypatch.delitem(sys.modules, name)  # put back as they were at teardown
+    import yaml as again
+
+    assert again is not yaml
+    text = HEAD + TIME
+    parsed = parse_baseline_text(Path("b.yaml"), text)
+    assert parsed.tests["t.py::a"]["step.time"]["samples"] == [0.5, 0.5, 0.6]
+    assert parsed.fingerprint == {"backend": "cpu"}
+    with pytest.raises(BaselineError, match=r"b\.yaml:7: duplicate key 'value' \(first on line 6"):
+        parse_baseline_text(Path("b.yaml"), HEAD + "    step.time:\n      value: 0.5\n      value: 0.6\n")
+    # a parse error is raised with the binding's classes, and still reported with its line
+    with pytest.raises(BaselineError, match=r"b\.yaml:6: not valid YAML \(did not find expected"):
+        parse_baseline_text(Path("b.yaml"), HEAD + "    step.time: {value: [0.5\n")
+
+
 # -- end to end: an edited baseline never lets a slowdown pass -----------------------------------------------------
 TIMED = """
 import torch

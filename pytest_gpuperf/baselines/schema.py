@@ -93,14 +93,16 @@ def _yaml_error(path: Path, exc: Exception) -> BaselineError:
 
 
 def _mapping_items(node: Any) -> list[tuple[Any, Any]]:
-    import yaml
+    from pytest_gpuperf.baselines.strict_yaml import yaml_module
 
-    return node.value if isinstance(node, yaml.MappingNode) else []
+    return node.value if isinstance(node, yaml_module().MappingNode) else []
 
 
 def _check_sample_counts(path: Path, root: Any) -> dict[tuple[str, ...], int]:
     """Line of each top-level key, test and metric; refuses an oversized sample list before it is built."""
-    import yaml
+    from pytest_gpuperf.baselines.strict_yaml import yaml_module
+
+    yaml = yaml_module()  # the classes the parser built the nodes of
 
     lines: dict[tuple[str, ...], int] = {}
     for key, value in _mapping_items(root):
@@ -126,9 +128,9 @@ def _check_sample_counts(path: Path, root: Any) -> dict[tuple[str, ...], int]:
 
 def _compose(path: Path, text: str) -> tuple[Any, dict[tuple[str, ...], int]]:
     """Compose once (libyaml when present) with the strict checks, check sizes on the node tree, build the data."""
-    import yaml
+    from pytest_gpuperf.baselines.strict_yaml import StrictYamlError, compose_strict, yaml_module
 
-    from pytest_gpuperf.baselines.strict_yaml import StrictYamlError, compose_strict
+    yaml = yaml_module()  # the classes the parser raises (not always ``import yaml``: see yaml_module)
 
     collecting = gc.isenabled()
     gc.disable()  # a node tree of ~10^5 young objects would trigger full collections over and over (3x slower)

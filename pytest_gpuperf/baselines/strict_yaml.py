@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pytest_gpuperf.validate import MAX_INT_DIGITS  # the writer refuses the same (validate._scalar)
@@ -61,6 +63,38 @@ class TooLarge(OSError):
     def __init__(self, message: str, size: int) -> None:
         self.size = size
         super().__init__(message)
+
+
+def yaml_module() -> ModuleType:
+    """The ``yaml`` package whose node, event and error classes the libyaml parser builds and raises.
+
+    That is ``import yaml`` except after ``yaml`` was dropped from ``sys.modules`` and imported again in the
+    same process (pytester's in-process runs drop every module the run imported first). The libyaml binding
+    ``yaml._yaml`` is a C extension, loaded once per process: a second import hands back the first module,
+    still bound to the first ``yaml`` package's classes. The new package's ``CSafeLoader`` would then compose
+    nodes of the old classes, which its resolver does not recognise (every tag None: "could not determine a
+    constructor for the tag None"), and raise old error classes a ``yaml.YAMLError`` clause does not catch.
+    Reading with the package the binding belongs to keeps the parser, resolver, constructor, the node and
+    event classes and the errors of one piece; without that package, the pure-Python loader of ``yaml`` is.
+    """
+    import yaml
+
+    binding = sys.modules.get("yaml._yaml")
+    if binding is None or getattr(binding, "ScalarNode", yaml.ScalarNode) is yaml.ScalarNode:
+        return yaml  # one yaml package in this process (or no libyaml): the usual case
+    bound = getattr(binding, "yaml", None)
+    if isinstance(bound, ModuleType) and getattr(bound, "ScalarNode", None) is binding.ScalarNode:
+        return bound
+    return yaml
+
+
+def _loader_class(yaml: ModuleType) -> type:
+    """libyaml's safe loader of ``yaml`` when it is of one piece with ``yaml``'s classes, else the pure-Python one."""
+    loader = getattr(yaml, "CSafeLoader", None)
+    binding = sys.modules.get("yaml._yaml")
+    if loader is None or getattr(binding, "ScalarNode", None) is not yaml.ScalarNode:
+        return yaml.SafeLoader
+    return loader
 
 
 def _kind(mode: int) -> str:
@@ -107,7 +141,7 @@ def _refuse_anchors(text: str, loader_class: type) -> None:
     """Refuse anchors and aliases; an event pass runs only when the text holds ``&`` or ``*`` at all."""
     if "&" not in text and "*" not in text:
         return
-    import yaml
+    yaml = yaml_module()
 
     loader = loader_class(text)
     try:
@@ -130,7 +164,7 @@ def _possible_nodes(text: str) -> int:
 def _refuse_large_collections(text: str, loader_class: type) -> None:
     """Walk the events of a text that could compose to many nodes; refuse an oversized list or mapping, or
     nesting too deep, at its line, long before the rest is read."""
-    import yaml
+    yaml = yaml_module()
 
     loader = loader_class(text)
     stack: list[list[Any]] = []  # [start event, items so far]
@@ -161,7 +195,7 @@ def _refuse_large_collections(text: str, loader_class: type) -> None:
 
 def check_tree(root: Any) -> None:
     """Refuse repeated keys, merge keys, non-scalar keys and over-long integers anywhere under ``root``."""
-    import yaml
+    yaml = yaml_module()
 
     mapping, sequence, scalar = yaml.MappingNode, yaml.SequenceNode, yaml.ScalarNode
     todo = [root]
@@ -211,11 +245,10 @@ def _check_scalar(node: Any) -> None:
 def compose_strict(text: str) -> tuple[Any, Any]:
     """``(node tree, loader)`` of ``text`` after the strict checks; the caller constructs and disposes the loader.
 
-    Raises :class:`StrictYamlError` for what the strict reader refuses and ``yaml.YAMLError`` for invalid YAML.
+    Raises :class:`StrictYamlError` for what the strict reader refuses and ``yaml_module().YAMLError`` for
+    invalid YAML (``yaml.YAMLError`` unless ``yaml`` was imported twice in this process: see :func:`yaml_module`).
     """
-    import yaml
-
-    loader_class = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    loader_class = _loader_class(yaml_module())
     _refuse_anchors(text, loader_class)
     if _possible_nodes(text) > _EVENT_PASS_ABOVE:
         _refuse_large_collections(text, loader_class)
