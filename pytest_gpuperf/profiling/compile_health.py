@@ -75,15 +75,8 @@ def compile_metrics(name: str, delta: CompileCounts) -> list[Metric]:
         "says why)",
     }
     return [
-        Metric(
-            f"{name}.graph_breaks",
-            sum(delta.breaks.values()),
-            "",
-            "lower",
-            KIND_CUSTOM,
-            tolerance=0.0,
-            extra=breaks_extra,
-        ),
+        Metric(f"{name}.graph_breaks", sum(delta.breaks.values()), "", "lower", KIND_CUSTOM, tolerance=0.0,
+               extra=breaks_extra),
         Metric(f"{name}.compiled_graphs", delta.graphs, "", "lower", KIND_CUSTOM, tolerance=0.0, extra=graphs_extra),
     ]
 
