@@ -189,3 +189,37 @@ def test_an_overrunning_session_ends_inside_its_budget_and_keeps_the_windows_it_
         while process_alive(pid) and time.monotonic() < ended + 5.0:
             time.sleep(0.1)
         assert not process_alive(pid), f"the {name} process {pid} outlived the session by 5 s"
+
+
+def test_a_child_that_stopped_for_the_budget_keeps_its_windows_and_names_the_budget_for_the_rest(
+    tmp_path: Path,
+) -> None:
+    header, units, matmul = _rows("h200_large_matmul_step_raw.csv")
+    (tmp_path / "session.csv").write_text("\n".join([header, units, _marker(header, matmul[0]), *matmul]) + "\n")
+    stop = f"{NOT_CAPTURED} (the ncu child stopped opening windows with 3 s of the session's 30 s budget left)"
+    lines = [
+        {"node_id": KEYS[0][0], "step": "step", "occurrence": 0, "ops": 1},
+        {"node_id": KEYS[1][0], "step": "step", "occurrence": 0, "not_captured": stop},
+    ]
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    script = (
+        f'cp {tmp_path / "manifest.jsonl"} "$GPUPERF_NCU_MANIFEST"\n'
+        f'while [ "$1" != "--log-file" ]; do shift; done\ncp {tmp_path / "session.csv"} "$2"\n'
+    )
+    ids = [KEYS[0][0], KEYS[1][0], "t.py::test_never[cuda]"]
+    session = capture_session(str(fake_ncu(tmp_path, script)), ids, "cuda", tmp_path, tmp_path / "o" / "s.csv")
+    assert len(session.capture(*KEYS[0]).kernels) == 1
+    with pytest.raises(NcuUnavailable, match=r"^not captured: budget \(the ncu child stopped"):
+        session.capture(*KEYS[1])
+    with pytest.raises(NcuUnavailable, match=r"^not captured: budget .*; windows recorded: .*test_mm"):
+        session.capture("t.py::test_never[cuda]", "step", 0)
+
+
+def test_ncu_follows_child_processes_only_for_distributed_tests(tmp_path: Path) -> None:
+    from pytest_gpuperf.profiling.ncu_command import ncu_prefix
+
+    def target(command: list[str]) -> str:
+        return command[command.index("--target-processes") + 1]
+
+    assert target(ncu_prefix("ncu", tmp_path / "x.csv")) == "application-only"
+    assert target(ncu_prefix("ncu", tmp_path / "x.csv", all_processes=True)) == "all"
