@@ -69,6 +69,12 @@ class Budget:
         written = read_deadline(folder)
         return cls(None) if written is None else cls(*written)
 
+    def reread(self, folder: Path) -> None:
+        """Take the deadline the parent last wrote (it may have shortened it, or written it after this started)."""
+        written = read_deadline(folder)
+        if written is not None:
+            self.deadline, self.total = written
+
     def remaining(self) -> float:
         """Seconds until the deadline (infinite without one)."""
         return float("inf") if self.deadline is None else self.deadline - self.clock()

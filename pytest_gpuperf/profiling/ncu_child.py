@@ -269,6 +269,7 @@ class NcuChildExtension:
         self._seen[(context.node_id, name)] = index + 1
         key = (context.node_id, name, index)
         test = self._keys.get(context.node_id)
+        self.budget.reread(self.manifest.parent)
         skipped = capture_window(context.backend, step, self.manifest, key, test, self.caps, budget=self.budget)
         if skipped and self.budget.stop_reason():
             if self._session is not None:  # the tests left are not run: the child ends, and ncu writes its CSV
