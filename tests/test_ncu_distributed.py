@@ -39,7 +39,7 @@ def test_rank_zero_opens_the_window_under_the_childs_name_and_the_other_ranks_ma
 ) -> None:
     window = pickle.loads(pickle.dumps(ncu_child.RankWindow(str(tmp_path / "w.jsonl"), "/abs/t.py::x[cuda]", 24)))
     opened: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(ncu_child, "capture_window", lambda *args: opened.append(args[3:]))
+    monkeypatch.setattr(ncu_child, "capture_window", lambda *args: opened.append(args[3:7]))
     calls: list[int] = []
     for rank, world in ((0, 1), (0, 2), (1, 2)):
         monkeypatch.setattr(ncu_child, "_rank_and_world", lambda r=rank, w=world: (r, w))

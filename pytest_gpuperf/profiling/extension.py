@@ -79,15 +79,21 @@ class ProfilingExtension:
         self.ncu_node_ids: list[str] = []
         #: Node id -> its ncu test key (absolute file path + the rest of the id), for every test collected here.
         self.ncu_keys: dict[str, str] = {}
+        self.ncu_distributed: set[str] = set()
         self._ncu_session: SessionCapture | None = None
         #: The session's ncu child, started at collection and waiting for the first ncu test (:meth:`prestart_ncu`).
         self._ncu_pending: PendingSession | None = None
         self._ncu_error: str | None = None
 
-    def select_ncu_tests(self, keys: dict[str, str]) -> None:
-        """The tests that asked for ncu capture (node id -> ncu test key), noted at collection."""
+    def select_ncu_tests(self, keys: dict[str, str], distributed: set[str] | None = None) -> None:
+        """The tests that asked for ncu capture (node id -> ncu test key), noted at collection; ``distributed``:
+        those whose ranks are processes of their own (ncu must follow the child's child processes for them)."""
         self.ncu_node_ids = list(keys)
         self.ncu_keys = dict(keys)
+        self.ncu_distributed = set(distributed or ())
+
+    def _all_processes(self, node_ids: list[str]) -> bool:
+        return any(node_id in self.ncu_distributed for node_id in node_ids)
 
     def start_item(self, item: pytest.Item | None) -> None:
         """Called around each test by the plugin so ``after_measure`` knows whose step it is."""
@@ -209,6 +215,7 @@ class ProfilingExtension:
                 parent_args=self.settings.invocation_args,
                 keys={n: self.ncu_keys[n] for n in node_ids if n in self.ncu_keys},
                 full_report=self._full_report(stem),
+                all_processes=self._all_processes(node_ids),
             )
         except NcuUnavailable as exc:
             if together:
@@ -238,6 +245,8 @@ class ProfilingExtension:
                 keys={n: self.ncu_keys[n] for n in self.ncu_node_ids if n in self.ncu_keys},
                 gated=True,
                 full_report=self._full_report("ncu-session"),
+                budget=self.settings.ncu_timeout,
+                all_processes=self._all_processes(self.ncu_node_ids),
             )
         except NcuUnavailable as exc:
             self._ncu_error = str(exc)

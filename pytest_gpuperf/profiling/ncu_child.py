@@ -4,7 +4,9 @@ A prestarted child waits at its gate file (:mod:`pytest_gpuperf.procs.gate`) aft
 there is replaced (``pytest_gpuperf_measure_instead``) by a warm call, a ranking call and one capture window
 (:func:`capture_window`): the window is opened by a one-thread marker kernel (``torch.cuda._sleep``, ncu shows it as
 :data:`MARKER_KERNEL`), profiles the step's top operations (:mod:`.ncu_select`) and is listed, with what was chosen,
-in the manifest the parent names in :data:`ENV_MANIFEST`.
+in the manifest the parent names in :data:`ENV_MANIFEST`. A window the session's budget cannot pay for is listed as
+not captured (:mod:`.ncu_budget`); once the budget is nearly spent the child stops its session, so that ncu writes
+the windows it captured.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_gpuperf.procs.gate import wait_on_file
+from pytest_gpuperf.profiling.ncu_budget import Budget, write_pid
+from pytest_gpuperf.profiling.ncu_kernels import DEFAULT_MAX_KERNELS
 from pytest_gpuperf.profiling.ncu_select import (
     DEFAULT_TOP_OPS,
+    Caps,
     Selection,
     rank_step,
     windowed_call,
@@ -63,20 +68,47 @@ def capture_window(
     manifest: Path,
     key: WindowKey,
     test: str | None,
-    top_ops: int,
+    caps: int | Caps,
     peers: bool = False,
-) -> None:
+    budget: Budget | None = None,
+) -> str:
     """What a ``measure()`` does in the child: a warm call, a ranking call, then the one capture window
-    (:data:`WINDOW_CALLS` calls of the step).
+    (:data:`WINDOW_CALLS` calls of the step). Returns "" or why the window was not captured (the budget).
 
     Nothing is sampled here: the measuring loop (warm-up, power warm-up, adaptive sampling) ran in the parent, and
     under ncu every launch costs more, so the child's time is its start-up and one window per step. ``peers``: the
-    step runs on several ranks, whose collectives the window leaves out (:func:`.ncu_select.around`)."""
+    step runs on several ranks, whose collectives the window leaves out (:func:`.ncu_select.around`); they make
+    their calls whatever happens here, so this rank makes as many."""
+    budget = budget or Budget(None)
     started = time.perf_counter()
+    stop = budget.stop_reason()
+    if stop:
+        if peers:
+            follow_window(backend, step)
+        note_skipped(manifest, key, test, stop)
+        return stop
     step()
     backend.synchronize()
-    selection = rank_step(step, top_ops, _event, _event_seconds, backend.synchronize, peers)
+    selection = rank_step(step, caps, _event, _event_seconds, backend.synchronize, peers)
+    too_long = budget.window_reason(selection.kernels)
+    if too_long:
+        if peers:
+            step()
+            backend.synchronize()
+        note_skipped(manifest, key, test, too_long)
+        return too_long
     bracket_step(backend, step, manifest, key, test, selection, started)
+    budget.learn(time.perf_counter() - started, selection.kernels)
+    return ""
+
+
+def note_skipped(manifest: Path, key: WindowKey, test: str | None, reason: str) -> None:
+    """List a window that was not opened, with why (no marker kernel ran for it)."""
+    entry: dict[str, object] = {"node_id": key[0], "step": key[1], "occurrence": key[2], "not_captured": reason}
+    if test is not None:
+        entry["test"] = test
+    with manifest.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry) + "\n")
 
 
 def follow_window(backend: Backend, step: Callable[[], object]) -> None:
@@ -98,7 +130,7 @@ class RankWindow:
 
     manifest: str
     test: str | None
-    top_ops: int
+    caps: Caps | int
     seen: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, context: TestContext, step: Callable[[], object], name: str) -> bool:
@@ -112,7 +144,9 @@ class RankWindow:
         index = self.seen.get(name, 0)
         self.seen[name] = index + 1
         key = (context.node_id, name, index)
-        capture_window(context.backend, step, Path(self.manifest), key, self.test, self.top_ops, world_size > 1)
+        manifest = Path(self.manifest)
+        budget = Budget.of(manifest.parent)
+        capture_window(context.backend, step, manifest, key, self.test, self.caps, world_size > 1, budget)
         return True
 
 
@@ -181,12 +215,15 @@ class NcuChildExtension:
     """In the child process ncu runs: each ``measure()`` is one capture window (nothing is timed), listed in the
     manifest."""
 
-    def __init__(self, manifest: Path, top_ops: int = DEFAULT_TOP_OPS) -> None:
+    def __init__(self, manifest: Path, top_ops: int = DEFAULT_TOP_OPS, max_kernels: int = DEFAULT_MAX_KERNELS) -> None:
         self.manifest = manifest
-        self.top_ops = top_ops
+        self.caps = Caps(top_ops, max_kernels)
         self._seen: dict[tuple[str, str], int] = {}
         #: node id -> :func:`~pytest_gpuperf.profiling.ncu_command.ncu_test_key` of the collected tests.
         self._keys: dict[str, str] = {}
+        self._session: pytest.Session | None = None
+        #: The session's deadline, read once the parent released this child (no gate: at collection).
+        self.budget = Budget(None)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Name each collected test the way the parent does: by its file's absolute path, not its node id."""
@@ -196,10 +233,14 @@ class NcuChildExtension:
         # Distributed tests last: their ranks start under ncu (new processes, a process group), the slowest windows
         # to reach; every single-process test's window is then captured before any of theirs within the budget.
         session.items.sort(key=lambda item: item.get_closest_marker("gpuperf_distributed") is not None)
+        self._session = session
+        if self.manifest.parent.is_dir():
+            write_pid(self.manifest.parent)
         gate = os.environ.get(GATE_ENV)
         if gate and not self._wait_for_turn(Path(gate)):
             session.items[:] = []
             pytest.exit("ncu child not needed: the parent's session ended before its first ncu test", returncode=0)
+        self.budget = Budget.of(self.manifest.parent)
 
     @staticmethod
     def _wait_for_turn(gate: Path) -> bool:
@@ -215,7 +256,7 @@ class NcuChildExtension:
 
     def pytest_gpuperf_rank_measure_instead(self, item: pytest.Item) -> RankWindow:
         """The hook: a distributed test's ranks open their windows as this process would (:class:`RankWindow`)."""
-        return RankWindow(str(self.manifest), self._keys.get(item.nodeid), self.top_ops)
+        return RankWindow(str(self.manifest), self._keys.get(item.nodeid), self.caps)
 
     def pytest_gpuperf_measure_instead(
         self, context: TestContext, step: Callable[[], object], name: str
@@ -227,5 +268,11 @@ class NcuChildExtension:
         index = self._seen.get((context.node_id, name), 0)
         self._seen[(context.node_id, name)] = index + 1
         key = (context.node_id, name, index)
-        capture_window(context.backend, step, self.manifest, key, self._keys.get(context.node_id), self.top_ops)
+        test = self._keys.get(context.node_id)
+        self.budget.reread(self.manifest.parent)
+        skipped = capture_window(context.backend, step, self.manifest, key, test, self.caps, budget=self.budget)
+        if skipped and self.budget.stop_reason():
+            if self._session is not None:  # the tests left are not run: the child ends, and ncu writes its CSV
+                self._session.shouldstop = skipped
+            pytest.skip(skipped)
         return True

@@ -23,11 +23,13 @@ def find_ncu() -> str | None:
     return shutil.which("ncu")
 
 
-def ncu_prefix(ncu: str, log_file: Path, full_report: Path | None = None) -> list[str]:
+def ncu_prefix(ncu: str, log_file: Path, full_report: Path | None = None, all_processes: bool = False) -> list[str]:
     """The ncu command line that profiles only the profiler-start/stop windows, with real clocks.
 
     ``full_report``: also collect ``--set full`` (every section the Nsight Compute GUI shows; many more replay
-    passes per kernel) and keep the report there, as ``ncu --set full -o <report>`` does."""
+    passes per kernel) and keep the report there, as ``ncu --set full -o <report>`` does. ``all_processes``: ncu
+    follows the processes the child starts (a distributed test's ranks); otherwise only the child itself
+    (``--target-processes application-only``), so that nothing else it starts is instrumented."""
     full = ["--set", "full", "--export", str(full_report), "--force-overwrite"] if full_report is not None else []
     return [
         ncu,
@@ -37,7 +39,7 @@ def ncu_prefix(ncu: str, log_file: Path, full_report: Path | None = None) -> lis
         "--clock-control",
         "none",
         "--target-processes",
-        "all",
+        "all" if all_processes else "application-only",
         "--metrics",
         ",".join(SOL_METRICS),
         "--csv",

@@ -7,13 +7,15 @@ then takes minutes. So the ncu child ranks the step's operations first and profi
 * **ranking call** (:func:`rank_step`): one call of the step outside any capture window (ncu does not replay
   there) with a pair of clock marks (CUDA events) around each ATen operation, seen through a dispatch mode, and
   one pair around the whole call;
-* **choice** (:func:`choose`): the longest operations, longest first, at most ``top_ops`` of them (ini key
-  ``gpuperf_ncu_top_ops``), stopping once they cover :data:`COVERAGE` of the operations' device time;
+* **choice** (:func:`decide`): the longest operations, longest first, at most ``top_ops`` of them (ini key
+  ``gpuperf_ncu_top_ops``) and no more than ``max_kernels`` kernels in all (ini key ``gpuperf_ncu_max_kernels``;
+  each operation's kernels are counted in the ranking call, :mod:`.ncu_kernels`), stopping once they cover
+  :data:`COVERAGE` of the operations' device time;
 * **capture call** (:func:`windowed_call`): the profiler is started just before each chosen operation and stopped
   just after it, so ncu profiles only their kernels.
 
-The whole step is captured instead (as a step of a few kernels always was) when it has no more operations than the
-cap, when ``top_ops`` is 0, when the ranking call fails, or when its operations' marks cover less than
+The whole step is captured instead (as a step of a few kernels always was) when its operations and their kernels are
+within both caps, when ``top_ops`` is 0, when the ranking call fails, or when its operations' marks cover less than
 :data:`SEEN_SHARE` of the call's own pair: then most kernels run outside ATen operations (a CUDA graph replay,
 torch.compile's Triton kernels, an extension's own launches) and a choice among the operations would miss them.
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pytest_gpuperf.profiling.ncu_kernels import kernels_of, pick_within_cap
 
 #: Default of ``gpuperf_ncu_top_ops``: at most this many operations of a step are profiled. One operation can launch
 #: dozens of kernels (an optimizer's foreach ops), and ncu replays each kernel for about half a second.
@@ -51,6 +55,10 @@ class Selection:
     reason: str = ""
     #: Collectives left out of the window (a step on several ranks, :func:`around`).
     left_out: int = 0
+    #: The kernels the window replays, as counted in the ranking call (0: not counted).
+    kernels: int = 0
+    #: The cap on them (``gpuperf_ncu_max_kernels``; 0: none).
+    max_kernels: int = 0
 
     @property
     def whole_step(self) -> bool:
@@ -59,10 +67,12 @@ class Selection:
 
     def facts(self) -> dict[str, object]:
         """What the manifest keeps of the choice (the parent's report shows it)."""
+        counted = {"expected_kernels": self.kernels, "max_kernels": self.max_kernels} if self.max_kernels else {}
         if self.whole_step:
-            return {"ops": len(self.names), "whole_step": self.reason}
+            return {"ops": len(self.names), "whole_step": self.reason, **counted}
         facts: dict[str, object] = {"ops": len(self.names), "profiled_ops": len(self.chosen & _indexes(self.names))}
         facts["op_share"] = round(self.share, 4)
+        facts.update(counted)
         if self.left_out:
             facts["collectives_left_out"] = self.left_out
         if self.reason:
@@ -89,30 +99,44 @@ def _indexes(names: Sequence[str]) -> frozenset[int]:
 
 def choose(durations: Sequence[float], top_ops: int, coverage: float = COVERAGE) -> tuple[list[int], float]:
     """The indexes (in call order) of the longest operations, at most ``top_ops``, stopping once they cover
-    ``coverage`` of the total; and the share they cover."""
-    total = sum(max(d, 0.0) for d in durations)
-    chosen: list[int] = []
-    covered = 0.0
-    for index in sorted(range(len(durations)), key=lambda i: -durations[i]):
-        if len(chosen) >= top_ops or (total > 0 and covered >= coverage * total):
-            break
-        chosen.append(index)
-        covered += max(durations[index], 0.0)
-    return sorted(chosen), (covered / total if total > 0 else 1.0)
+    ``coverage`` of the total; and the share they cover (no kernel cap: :func:`.ncu_kernels.pick_within_cap`)."""
+    chosen, share, _ = pick_within_cap(durations, [1] * len(durations), 0, max(top_ops, 0) or -1, coverage)
+    return chosen, share
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The bounds of one window: operations (``gpuperf_ncu_top_ops``) and kernels (``gpuperf_ncu_max_kernels``;
+    0: none), with each operation's kernels as the ranking call counted them (empty: one each)."""
+
+    top_ops: int
+    max_kernels: int = 0
+    kernels: tuple[int, ...] = ()
+
+    def of(self, count: int) -> list[int]:
+        """Kernels per operation for ``count`` operations."""
+        return list(self.kernels) if len(self.kernels) == count else [1] * count
 
 
 def decide(
-    names: Sequence[str], durations: Sequence[float], whole: float, top_ops: int, skip: frozenset[int] = frozenset()
+    names: Sequence[str],
+    durations: Sequence[float],
+    whole: float,
+    top_ops: int | Caps,
+    skip: frozenset[int] = frozenset(),
 ) -> Selection:
     """The :class:`Selection` of a ranked call: ``durations`` per operation, ``whole`` the call's own seconds;
-    ``skip``: operations never profiled (:func:`around`)."""
+    ``top_ops``: the caps (an int: operations only); ``skip``: operations never profiled (:func:`around`)."""
+    caps = top_ops if isinstance(top_ops, Caps) else Caps(top_ops)
     if skip:
-        return around(durations, names, top_ops, skip)
+        return around(durations, names, caps, skip)
     seen = sum(max(d, 0.0) for d in durations)
-    if top_ops <= 0:
+    kernels = caps.of(len(names))
+    if caps.top_ops <= 0:
         return Selection(frozenset(), tuple(names), reason="gpuperf_ncu_top_ops = 0: every kernel")
-    if len(names) <= top_ops:
-        return Selection(frozenset(), tuple(names), reason=f"{len(names)} operation(s), within the cap of {top_ops}")
+    if len(names) <= caps.top_ops and (not caps.max_kernels or sum(kernels) <= caps.max_kernels):
+        reason = f"{len(names)} operation(s), within the cap of {caps.top_ops}"
+        return Selection(frozenset(), tuple(names), reason=reason, kernels=sum(kernels), max_kernels=caps.max_kernels)
     if whole > 0 and seen < SEEN_SHARE * whole:
         return Selection(
             frozenset(),
@@ -120,30 +144,44 @@ def decide(
             reason=f"its ATen operations ran {seen / whole:.0%} of its device time (graph replays or kernels "
             "launched outside ATen); every kernel is profiled",
         )
-    chosen, share = choose(durations, top_ops)
-    return Selection(frozenset(chosen), tuple(names), share)
+    chosen, share, count = pick_within_cap(durations, kernels, caps.max_kernels, caps.top_ops, COVERAGE)
+    none_fit = "" if chosen else f"no operation's kernels fit the cap of {caps.max_kernels} kernels"
+    return Selection(
+        frozenset(chosen) or NO_OPERATION, tuple(names), share, none_fit, kernels=count, max_kernels=caps.max_kernels
+    )
 
 
-def around(durations: Sequence[float], names: Sequence[str], top_ops: int, skip: frozenset[int]) -> Selection:
+def around(durations: Sequence[float], names: Sequence[str], caps: Caps, skip: frozenset[int]) -> Selection:
     """The longest operations but those in ``skip`` (a step on several ranks skips its collectives: ncu replays a
     profiled kernel alone, and a collective's kernel would wait for peers that do not join its replays).
 
     Every other operation when they are within the cap (or it is 0); none left: the window profiles nothing
     (:data:`NO_OPERATION`). ``share`` is over all operations' time, the skipped too."""
     keep = [i for i in range(len(names)) if i not in skip]
-    if top_ops <= 0 or len(keep) <= top_ops:
+    kernels = caps.of(len(names))
+    fits = not caps.max_kernels or sum(kernels[i] for i in keep) <= caps.max_kernels
+    if caps.top_ops <= 0 or (len(keep) <= caps.top_ops and fits):
         picked = list(range(len(keep)))
     else:
-        picked, _ = choose([durations[i] for i in keep], top_ops)
+        kept = [kernels[i] for i in keep]
+        picked, _, _ = pick_within_cap([durations[i] for i in keep], kept, caps.max_kernels, caps.top_ops, COVERAGE)
     chosen = [keep[j] for j in picked]
     total = sum(max(d, 0.0) for d in durations)
     share = sum(max(durations[i], 0.0) for i in chosen) / total if total > 0 else 1.0
-    return Selection(frozenset(chosen) or NO_OPERATION, tuple(names), share, left_out=len(skip))
+    count = sum(kernels[i] for i in chosen)
+    return Selection(
+        frozenset(chosen) or NO_OPERATION,
+        tuple(names),
+        share,
+        left_out=len(skip),
+        kernels=count,
+        max_kernels=caps.max_kernels,
+    )
 
 
 def rank_step(
     step: Callable[[], object],
-    top_ops: int,
+    top_ops: int | Caps,
     mark: Mark,
     seconds: Seconds,
     sync: Callable[[], None],
@@ -168,7 +206,9 @@ def rank_step(
         if peers:  # the whole step holds its collectives: profile nothing rather than hang in their replays
             return Selection(NO_OPERATION, share=0.0, reason=failed)
         return Selection(frozenset(), reason=failed)
-    return decide(mode.names, durations, whole, top_ops, collectives(mode.names) if peers else frozenset())
+    caps = top_ops if isinstance(top_ops, Caps) else Caps(top_ops)
+    caps = Caps(caps.top_ops, caps.max_kernels, tuple(mode.kernels))
+    return decide(mode.names, durations, whole, caps, collectives(mode.names) if peers else frozenset())
 
 
 def windowed_call(
@@ -191,12 +231,14 @@ def _timed_mode(mark: Mark) -> Any:
             super().__init__()
             self.pairs: list[tuple[Any, Any]] = []
             self.names: list[str] = []
+            self.kernels: list[int] = []
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             begin = mark()
             out = func(*args, **(kwargs or {}))
             self.pairs.append((begin, mark()))
             self.names.append(str(func))
+            self.kernels.append(kernels_of(str(func), args))
             return out
 
     return Timed()

@@ -120,6 +120,11 @@ class StepTable:
             )
         elif self.selection.get("whole_step"):
             parts.append(f"every kernel profiled: {self.selection['whole_step']}")
+        if self.selection.get("max_kernels"):
+            parts.append(
+                f"{self.selection.get('expected_kernels', '?')} kernel(s) counted in the ranking call, "
+                f"cap {self.selection['max_kernels']} per window"
+            )
         if self.selection.get("collectives_left_out"):  # rank 0 of several: replays of collectives would hang
             parts.append(f"{self.selection['collectives_left_out']} collective(s) of the ranks left out")
         if "window_s" in self.selection:

@@ -70,6 +70,14 @@ OPTIONS: list[tuple[Any, ...]] = [
         {"minimum": 0},
     ),
     (
+        "gpuperf_ncu_max_kernels",
+        "int",
+        64,
+        "ncu replays at most this many kernels per step (one window), counted per operation in the child's ranking "
+        "call: the longest operations whose kernels fit; 0: no kernel cap",
+        {"minimum": 0},
+    ),
+    (
         "gpuperf_ncu_full_report",
         "bool",
         False,
@@ -115,8 +123,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if manifest is not None:  # the child process ncu runs: one capture window per measure(), nothing else
         from pytest_gpuperf.profiling.ncu_child import NcuChildExtension
 
-        top_ops = get_option(config, "gpuperf_ncu_top_ops")
-        config.pluginmanager.register(NcuChildExtension(manifest, top_ops), "gpuperf-ncu-child")
+        top_ops, max_kernels = get_option(config, "gpuperf_ncu_top_ops"), get_option(config, "gpuperf_ncu_max_kernels")
+        config.pluginmanager.register(NcuChildExtension(manifest, top_ops, max_kernels), "gpuperf-ncu-child")
         return
     from pytest_gpuperf.profiling.compile_health import CompileHealth
     from pytest_gpuperf.profiling.memory_sites import MemorySites
@@ -179,7 +187,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         and ncu_requested(item, extension.settings)
         and _runs_on_cuda(item)
     ]
-    extension.select_ncu_tests({item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted})
+    distributed = {item.nodeid for item in wanted if item.get_closest_marker("gpuperf_distributed") is not None}
+    extension.select_ncu_tests({item.nodeid: ncu_test_key(item.path, item.nodeid) for item in wanted}, distributed)
     if wanted:
         from pytest_gpuperf.profiling.ncu_capture import find_ncu
 
