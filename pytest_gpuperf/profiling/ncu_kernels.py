@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 #: Default of ``gpuperf_ncu_max_kernels``: at most this many kernels are replayed in one window.
-DEFAULT_MAX_KERNELS = 64
+DEFAULT_MAX_KERNELS = 32
 #: Elements one block of a multi-tensor kernel handles.
 CHUNK_ELEMENTS = 65536
 #: Blocks of one multi-tensor launch.

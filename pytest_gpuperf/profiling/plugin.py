@@ -72,7 +72,7 @@ OPTIONS: list[tuple[Any, ...]] = [
     (
         "gpuperf_ncu_max_kernels",
         "int",
-        64,
+        32,
         "ncu replays at most this many kernels per step (one window), counted per operation in the child's ranking "
         "call: the longest operations whose kernels fit; 0: no kernel cap",
         {"minimum": 0},
