@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import types
+from pathlib import Path
 from typing import Any, NoReturn
 
 #: Imported once in the server, before any fork. Pure imports: none of them runs a torch operation.
@@ -120,6 +121,49 @@ def become_fresh_pytest(request: dict[str, Any], base_path: list[str]) -> list[s
     return args
 
 
+#: Where a forked child keeps the host-CPU roofs it measured, for its server's later children (``argv[2]``).
+ROOFS_MEMO_ARG = 2
+
+
+def share_roofs(memo: str) -> None:
+    """In the child: host-CPU roofs are measured once per server, by the first child that needs each one.
+
+    A fresh inner run has no pytest cache (``-p no:cacheprovider``), so each one that classifies a step against the
+    roofline measured the machine's peak FLOP rate and DRAM and cache bandwidth again: ~1.4 s of CPU, most of an
+    inner run. Here the plugin's own measurement (``roofs._torch_roof``) is kept in ``memo`` (a JSON file, one
+    server's children run one at a time) under its arguments and the thread count, and read by the next children:
+    the same numbers a shared cache would give them. Everything above it (the store, the "calibrated" notes, the
+    refresh of a roof a step beat, which uses other arguments) runs as before; other backends measure as before.
+    """
+    try:
+        from pytest_gpuperf.profiling import roofs
+    except ImportError:
+        return
+    measured = getattr(roofs, "_torch_roof", None)
+    if measured is None:
+        return
+    path = Path(memo)
+
+    def remembered(backend: Any, what: str, cls: str, tries: int) -> Any:
+        if getattr(backend, "name", None) != "cpu":
+            return measured(backend, what, cls, tries)
+        import torch
+
+        key = f"{what}/{cls}/{tries}/{torch.get_num_threads()}"
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key not in known:
+            known[key] = measured(backend, what, cls, tries)
+            partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            partial.write_text(json.dumps(known))
+            os.replace(partial, path)
+        return known[key]
+
+    roofs._torch_roof = remembered
+
+
 def exit_now(code: int) -> NoReturn:
     """Leave the child as ``pytest_gpuperf.procs.exit.exit_now`` leaves a worker (a copy: this script
     must not depend on the plugin version it serves)."""
@@ -136,8 +180,9 @@ def exit_now(code: int) -> NoReturn:
 
 
 def main() -> None:
-    """``fork_server.py FD``: serve the connected socket FD."""
+    """``fork_server.py FD [ROOFS_MEMO]``: serve the connected socket FD (children share roofs through ROOFS_MEMO)."""
     conn = socket.socket(fileno=int(sys.argv[1]))
+    memo = sys.argv[ROOFS_MEMO_ARG] if len(sys.argv) > ROOFS_MEMO_ARG else ""
     # sys.path[0] is this script's directory, not a fresh run's; PYTHONPATH's entries come from each request.
     from_env = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     base_path = [p for p in sys.path[1:] if os.path.abspath(p) not in from_env]
@@ -152,6 +197,8 @@ def main() -> None:
     if request is None:
         return
     args = become_fresh_pytest(request, base_path)
+    if memo and not os.environ.get("GPUPERF_TEST_REAL_ROOFS"):
+        share_roofs(memo)
     import pytest
 
     exit_now(int(pytest.main(args)))

@@ -53,6 +53,8 @@ class ForkServer:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_path = log_dir / "fork-server.log"
+        #: The host-CPU roofs its children measured (``tests.fork_server.share_roofs``), kept across restarts.
+        self.roofs_memo = log_dir / "fork-server-roofs.json"
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: socket.socket | None = None
         self._reader: Any = None
@@ -65,7 +67,7 @@ class ForkServer:
         env = dict(os.environ)  # PYTHONPATH too: the server preloads the plugin this outer run imports
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, str(SERVER_SCRIPT), str(theirs.fileno())],
+                [sys.executable, str(SERVER_SCRIPT), str(theirs.fileno()), str(self.roofs_memo)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
