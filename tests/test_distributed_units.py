@@ -245,3 +245,26 @@ def test_a_fixture_holding_the_tests_own_unpicklable_device_travels_as_a_placeho
     item._fixtureinfo.argnames = ("gpuperf", "dev", "other")
     with pytest.raises(TaskError, match="argument 'other'"):
         task_for(item, "vulkan", None, lockstep=False)  # type: ignore[arg-type]
+
+
+def test_a_scripts_rank_imbalance_on_host_cpu_ranks_is_shown_not_judged() -> None:
+    # Host-CPU ranks share their cores with each other, the launcher and every other job on the runner: a busy
+    # 2-core VM read an unchanged script's imbalance 1.01x -> 1.33x. GPU ranks keep the judged imbalance.
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.distributed.torchrun import TorchrunRunner
+
+    text = "\n".join(
+        format_line(rank=r, peak_memory=100, tokens_per_s=rate, step_times=[0.1, 0.1], tokens_per_step=100)
+        for r, rate in ((0, 1000.0), (1, 750.0))
+    )
+
+    def imbalance(host_cpu: bool) -> bool:
+        backend = SimpleNamespace(is_host_cpu=lambda: host_cpu)
+        handle = SimpleNamespace(context=SimpleNamespace(backend=backend), judging=None)
+        runner = TorchrunRunner(SimpleNamespace(), handle, "cpu" if host_cpu else "cuda", 60.0)  # type: ignore[arg-type]
+        metrics = {m.name: m for m in runner._metrics(parse_output(text), "train", {})}
+        return metrics["train.imbalance"].judged
+
+    assert imbalance(host_cpu=True) is False
+    assert imbalance(host_cpu=False) is True

@@ -18,6 +18,7 @@ from pytest_gpuperf.timing.contention import (
     ContentionGuard,
     parse_cpu_pressure,
     parse_schedstat,
+    process_wait_reader,
     read_cpu_pressure,
     thread_wait_reader,
 )
@@ -66,6 +67,29 @@ def test_thread_wait_reader_reads_a_tasks_schedstat_and_degrades_to_none(tmp_pat
     (task / "schedstat").write_text("10 2500 3\n")
     assert thread_wait_reader(42, proc=tmp_path)() == 2500
     assert thread_wait_reader(43, proc=tmp_path)() is None
+
+
+def test_process_wait_reader_sums_every_threads_wait_and_skips_a_thread_that_ended(tmp_path):
+    # A CPU Vulkan adapter's rasterizer threads do the step while the calling thread sleeps on a fence: their
+    # waits for a CPU are what slows a sample, so the reader sums the process's threads.
+    for tid, wait in (("7", 1000), ("8", 2500), ("9", 500)):
+        (tmp_path / "self" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "self" / "task" / tid / "schedstat").write_text(f"10 {wait} 3\n")
+    (tmp_path / "self" / "task" / "10").mkdir()  # a thread that ended: no schedstat left
+    assert process_wait_reader(proc=tmp_path)() == 4000
+    assert process_wait_reader(proc=tmp_path / "absent")() is None
+
+
+def test_the_measuring_loop_reads_the_process_wait_when_the_backend_works_on_other_threads():
+    from pytest_gpuperf.backends.base import Backend
+    from pytest_gpuperf.timing.loop import new_guard
+
+    assert Backend.wait_scope(CpuBackend()) == "thread"
+    thread_guard = new_guard(MeasureConfig())
+    process_guard = new_guard(MeasureConfig(wait_scope="process"))
+    assert thread_guard.read_wait.__qualname__.startswith("thread_wait_reader")
+    assert process_guard.read_wait.__qualname__.startswith("process_wait_reader")
+    assert process_guard.read_wait() is not None  # this process's own threads, on Linux
 
 
 def test_contended_samples_are_retaken_and_summarised():

@@ -170,3 +170,9 @@ def test_measured_roofs_classify_saxpy_as_memory_and_big_matmul_as_compute(backe
     saxpy = classify(2.0 * n, 12.0 * n, 12.0 * n / roofs.bandwidth, roofs)
     matmul = classify(2.0 * 4096**3, 12.0 * 4096**2, 2.0 * 4096**3 / roofs.peak_flops, roofs)
     assert (saxpy.bound, matmul.bound) == (MEMORY_BOUND, COMPUTE_BOUND)
+
+
+def test_a_cpu_adapter_reads_the_wait_of_every_thread_of_the_process(backend: VulkanBackend) -> None:
+    # lavapipe's rasterizer threads run the step; the calling thread only waits on a fence.
+    expected = "process" if backend.is_host_cpu() else "thread"
+    assert backend.wait_scope() == expected

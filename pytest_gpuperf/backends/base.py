@@ -105,6 +105,11 @@ class Backend(abc.ABC):
         peak = self.measure_peak_memory(step) if memory else None
         return peak, self.kernel_signature(step)
 
+    def wait_scope(self) -> str:
+        """Whose wait for a CPU can slow a sample: ``"thread"`` (the step runs on the calling thread, or on a device
+        of its own) or ``"process"`` (worker threads of this process do the step on the host's cores)."""
+        return "thread"
+
     def is_host_cpu(self) -> bool:
         """True when the work runs on the host's CPU cores (cpu backend, a CPU Vulkan adapter such as lavapipe).
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -175,9 +175,14 @@ class TorchrunRunner:
         from pytest_gpuperf.distributed.judging import imbalance_tolerance, with_host_calibration
 
         metrics = with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
-        for metric in metrics:
+        host_cpu = self.handle is not None and self.handle.context.backend.is_host_cpu()
+        for index, metric in enumerate(metrics):
             if "calibration" in metric.extra:  # a wall-clocked timing on the host CPU
                 metric.extra.update(wait)
+            if host_cpu and metric.name == f"{stem}.imbalance":
+                # Ranks on host cores share them with each other, the launcher and every other job: which rank
+                # the scheduler slows is not the code's doing. Recorded and shown, not judged (GPU ranks are).
+                metrics[index] = replace(metric, judged=False)
         return metrics
 
     def _judge(

@@ -251,7 +251,8 @@ def conditions_reason(extra: dict[str, Any]) -> str | None:
         share = number_or_none(extra.get("contended_fraction")) or 0.0
         pressure = number_or_none(extra.get("cpu_pressure_avg10"))
         load = f"; CPU pressure {pressure:.0f}%" if pressure is not None else ""
-        return f"{share:.0%} of the samples were taken while the measuring thread waited for a CPU{load}; {QUIETER}"
+        who = "the step's threads" if extra.get("wait_scope") == "process" else "the measuring thread"
+        return f"{share:.0%} of the samples were taken while {who} waited for a CPU{load}; {QUIETER}"
     return None
 
 

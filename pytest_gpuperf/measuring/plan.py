@@ -96,4 +96,7 @@ def plan_measure(
     entry = judging.entry(context, judged)
     tolerance = judging.tolerance(context, judged, kind)
     stop_rule = stop_rule_for(entry, tolerance, call.items)
-    return MeasurePlan(call, judged, kind, entry, tolerance, timed_like(entry, config), stop_rule, calibration)
+    config = timed_like(entry, config)
+    if context.backend.wait_scope() != config.wait_scope:
+        config = replace(config, wait_scope=context.backend.wait_scope())
+    return MeasurePlan(call, judged, kind, entry, tolerance, config, stop_rule, calibration)

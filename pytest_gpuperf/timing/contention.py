@@ -66,6 +66,33 @@ def thread_wait_reader(tid: int | None = None, proc: Path = Path("/proc")) -> Ca
     return read
 
 
+def process_wait_reader(proc: Path = Path("/proc")) -> Callable[[], int | None]:
+    """A reader of the run-queue wait in ns summed over every thread of this process (None when unreadable).
+
+    For a device whose work runs on worker threads of the process (a CPU Vulkan adapter such as lavapipe, whose
+    rasterizer threads do the step while the calling thread waits on a fence): the calling thread sleeps, so its
+    own wait says nothing, while the workers wait for the cores that neighbours hold. A thread that ends between
+    two readings takes its wait with it; the guard clamps a negative difference to 0.
+    """
+    tasks = proc / "self" / "task"
+
+    def read() -> int | None:
+        total, seen = 0, False
+        try:
+            names = [entry.name for entry in tasks.iterdir()]
+        except OSError:
+            return None
+        for name in names:
+            try:
+                total += parse_schedstat((tasks / name / "schedstat").read_text())
+                seen = True
+            except (OSError, ValueError):
+                continue  # the thread ended after the listing
+        return total if seen else None
+
+    return read
+
+
 def read_cpu_pressure(path: Path = Path("/proc/pressure/cpu")) -> float | None:
     """The machine's CPU pressure (``some avg10``, percent), None where PSI is not available."""
     try:
@@ -92,6 +119,8 @@ class ContentionGuard:
     shares: list[float] = field(default_factory=list)
     pressures: list[float] = field(default_factory=list)
     available: bool = True
+    #: Whose wait ``read_wait`` reads: the measuring thread's or the whole process's (said in the summary).
+    scope: str = "thread"
     #: Its name among a timing record's instruments.
     name: ClassVar[str] = INSTRUMENT
     _facts: dict[str, object] | None = field(default=None, repr=False)
@@ -151,4 +180,5 @@ class ContentionGuard:
             "max_wait_share": round(max(self.shares), 4) if self.shares else 0.0,
             "cpu_pressure_avg10": max(self.pressures) if self.pressures else None,
             "contended": fraction > CONTENDED_FRACTION,
+            "wait_scope": self.scope,
         }

@@ -51,7 +51,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from pytest_gpuperf.stats import STAT_QUANTILE, median, quantile, quantile_precision, spread_subset  # noqa: F401
-from pytest_gpuperf.timing.contention import ContentionGuard, thread_wait_reader
+from pytest_gpuperf.timing.contention import ContentionGuard, process_wait_reader, thread_wait_reader
 from pytest_gpuperf.timing.record import build_record
 from pytest_gpuperf.timing.samplers import blocking_note, thread_time_block  # noqa: F401 (re-exported)
 from pytest_gpuperf.timing.sampling import (  # noqa: F401 (re-exported: the loop's public vocabulary)
@@ -78,7 +78,11 @@ if TYPE_CHECKING:
 
 def new_guard(config: MeasureConfig) -> ContentionGuard:
     """The contention guard of one measurement (no retakes when ranks must agree on every count)."""
-    return ContentionGuard(limit=config.wait_share_limit, max_retakes=0 if counted(config) else config.min_samples)
+    read_wait = process_wait_reader() if config.wait_scope == "process" else thread_wait_reader()
+    retakes = 0 if counted(config) else config.min_samples
+    return ContentionGuard(
+        read_wait=read_wait, limit=config.wait_share_limit, max_retakes=retakes, scope=config.wait_scope
+    )
 
 
 def _warm(sampler: Sampler, step: Callable[[], object], config: MeasureConfig) -> WarmupResult:

@@ -269,6 +269,8 @@ class TimingResult:
             out["contended"] = self.contended
             out["retaken_samples"] = self.contention.get("retaken", 0)
             out["contended_fraction"] = self.contention.get("contended_fraction", 0.0)
+            if self.contention.get("wait_scope") == "process":
+                out["wait_scope"] = "process"
             if self.contention.get("cpu_pressure_avg10") is not None:
                 out["cpu_pressure_avg10"] = self.contention["cpu_pressure_avg10"]
         return out

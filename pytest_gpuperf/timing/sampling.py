@@ -82,6 +82,9 @@ class MeasureConfig:
     cpu_threads: int = 1
     #: Retake a sample whose thread waited for a CPU longer than this share of it.
     wait_share_limit: float = WAIT_SHARE_LIMIT
+    #: Whose run-queue wait the contention guard reads: the calling thread's ("thread"), or every thread of the
+    #: process ("process": the backend's work runs on worker threads, :meth:`Backend.wait_scope`).
+    wait_scope: str = "thread"
     #: CUDA: most seconds of graph replays before sampling while the SM clock or power still drifts (0: none).
     power_warmup: float = 2.5
     #: GPUs: least seconds of load before the first sample, for an idle GPU's clock ramp (the fixture sets 0.3 s).

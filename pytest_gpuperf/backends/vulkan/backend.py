@@ -108,6 +108,10 @@ class VulkanBackend(Backend):
             return "gpu-timestamp-query"
         return "host-clock+on_submitted_work_done (no timestamp-query)"
 
+    def wait_scope(self) -> str:
+        """``"process"`` on a CPU adapter: its rasterizer threads do the step while the calling thread waits."""
+        return "process" if self.is_host_cpu() else "thread"
+
     def is_host_cpu(self) -> bool:
         """A CPU adapter (lavapipe, SwiftShader) shares the host's cores: CPU time tolerance applies."""
         info, _ = self.adapter()
