@@ -236,13 +236,41 @@ RATED_TESTS = """
 def test_rated(gpuperf, gpuperf_torchrun):
     gpuperf_torchrun.run("rated.py", nproc_per_node=1)
 """
+#: The rated script's launches: a stand-in for torchrun's launcher (what the plugin starts for each run of the script
+#: is ``torchrun_command``'s). Every run is still fresh processes under the plugin's guard, with the ranks' variables;
+#: only the launcher's own import of torch (~1.5 s of CPU, ten launches per test) is left out. These tests are about
+#: how many runs are made and how they are judged; the real torchrun is launched by the fixture's test above and by
+#: the rank pools.
+LIGHT_LAUNCHER = """
+import sys
+from pathlib import Path
+
+import pytest_gpuperf.distributed.torchrun as torchrun
+
+LAUNCH = str(Path(__file__).with_name("launch.py"))
+
+
+def pytest_configure(config):
+    torchrun.torchrun_command = lambda nproc, *target: [sys.executable, LAUNCH, str(nproc), *target]
+"""
+LAUNCH = """
+import os, subprocess, sys
+
+nproc, target = int(sys.argv[1]), sys.argv[2:]
+world = {"WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+ranks = [
+    subprocess.Popen([sys.executable, *target], env={**os.environ, **world, "RANK": str(r), "LOCAL_RANK": str(r)})
+    for r in range(nproc)
+]
+sys.exit(max(rank.wait() for rank in ranks))
+"""
 
 
 def test_a_script_baseline_comes_from_several_runs_and_a_slow_run_is_confirmed_by_another_before_failing(
     pytester: pytest.Pytester, fast_args: list[str]
 ) -> None:
     """Each script run is fresh processes: record from N runs; a suspect runs again, a disagreement is inconclusive."""
-    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS)
+    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS, conftest=LIGHT_LAUNCHER, launch=LAUNCH)
 
     def run(rates: str, *args: str) -> pytest.RunResult:
         (pytester.path / "rates.txt").write_text(rates)
@@ -278,7 +306,7 @@ def test_a_script_entry_recorded_from_one_run_is_rerecorded_from_n_runs_and_then
     pytester: pytest.Pytester, fast_args: list[str]
 ) -> None:
     """Issue 21 item 4: entries said 'processes: 1, process_spread: 0.0' though recorded from 3 runs."""
-    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS)
+    pytester.makepyfile(rated=RATED_SCRIPT, test_rated=RATED_TESTS, conftest=LIGHT_LAUNCHER, launch=LAUNCH)
     node, name = "test_rated.py::test_rated[cpu]", "rated.tokens_per_s"
 
     def record(rates: str) -> pytest.RunResult:
