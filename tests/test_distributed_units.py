@@ -159,6 +159,19 @@ def test_agree_max_outside_a_process_group_is_the_rank_s_own_value() -> None:
     assert agree_max(0.25, "cpu") == 0.25
 
 
+def test_a_lockstep_backends_samples_are_the_slowest_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sample agreed: a rank timing its own samples decided alone when they were precise enough (a hang)."""
+    from pytest_gpuperf.backends import get_backend
+    from pytest_gpuperf.distributed import lockstep
+    from pytest_gpuperf.distributed.lockstep import LockstepBackend, lockstep_config
+    from pytest_gpuperf.timing import MeasureConfig
+
+    agreed: list[float] = []
+    monkeypatch.setattr(lockstep, "agree_max", lambda value, device: agreed.append(value) or 2.0)
+    sampler = LockstepBackend(get_backend("cpu")).sampler(lockstep_config(MeasureConfig(), seconds_per_call=0.001))
+    assert sampler.time_calls(lambda: None, 3) == 2.0 and len(agreed) == 1  # type: ignore[attr-defined]
+
+
 def test_a_ranks_handle_is_the_cores_own_on_a_lockstep_backend_with_agreed_settings() -> None:
     """No subclass of the core's handle: a plain ``GpuPerf`` with a lockstep backend and a settings hook."""
     import math

@@ -90,7 +90,8 @@ def test_git_bisect_run_finds_the_commit(
     (repo / "conftest.py").write_text("")
     # With pytest's cache (untracked, so bisect's checkouts leave it): the host roofs the recording run measured are
     # read by every step, not measured again by each fresh process.
-    cached = [arg for pair in zip(fast_args[::2], fast_args[1::2]) if pair != ("-p", "no:cacheprovider") for arg in pair]
+    pairs = zip(fast_args[::2], fast_args[1::2], strict=True)
+    cached = [arg for pair in pairs if pair != ("-p", "no:cacheprovider") for arg in pair]
     command = [sys.executable, "-m", "pytest", "-q", "--gpuperf", *cached, *LOOSE_TIME, "test_perf.py"]
     for number in range(1, 5):
         (repo / "test_perf.py").write_text(PERF_TEST.format(alloc=16 if number >= 3 else 1))

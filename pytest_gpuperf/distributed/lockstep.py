@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pytest_gpuperf.extensions import MeasureInstead
     from pytest_gpuperf.judging.service import Judging
     from pytest_gpuperf.timing import MeasureConfig
+    from pytest_gpuperf.timing.samplers import Sampler
 
 
 def agree_max(value: float, device: Any) -> float:
@@ -60,6 +61,20 @@ class LockstepBackend:
     def time_block(self, step: Callable[[], object], iters: int) -> float:
         """Time ``iters`` calls on this rank, then agree on the slowest rank's time."""
         return agree_max(self._backend.time_block(step, iters), self._backend.device())
+
+    def sampler(self, config: MeasureConfig) -> Sampler:
+        """The wrapped backend's sampler, its clock agreeing on the slowest rank's time as :meth:`time_block` does.
+
+        The wrapped backend builds its sampler around its own ``time_block``: left so, each rank's samples were its
+        own, and a rank whose samples reached the target precision first stopped sampling while the others waited in
+        the step's next collective (a hang).
+        """
+        sampler = self._backend.sampler(config)
+        clock = getattr(sampler, "clock", None)
+        if clock is not None:
+            device = self._backend.device()
+            sampler.clock = lambda step, iters: agree_max(clock(step, iters), device)
+        return sampler
 
 
 def lockstep_config(config: MeasureConfig, seconds_per_call: float) -> MeasureConfig:
