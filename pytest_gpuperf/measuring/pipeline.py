@@ -121,6 +121,9 @@ def with_calibration(metrics: list[Metric], calibration: Calibration | None) -> 
 #: Share of the recalibration's own CPU time that other threads of this process may use at the same time: more, and
 #: the test's own threads (a thread it leaked, a data loader) were competing with the calibration kernel.
 OWN_THREADS_LIMIT = 0.25
+#: A calibration that took less CPU than this (a pinned or injected one) measured nothing other threads could slow;
+#: comparing two such tiny CPU times would be noise.
+MEASURED_CPU_SECONDS = 0.005
 
 
 def recalibrated(plan: MeasurePlan, metrics: list[Metric]) -> tuple[MeasurePlan, bool]:
@@ -142,7 +145,7 @@ def recalibrated(plan: MeasurePlan, metrics: list[Metric]) -> tuple[MeasurePlan,
     fresh = host_calibration()
     own = time.thread_time() - thread
     others = (time.process_time() - process) - own
-    if own > 0 and others > OWN_THREADS_LIMIT * own:
+    if own >= MEASURED_CPU_SECONDS and others > OWN_THREADS_LIMIT * own:
         return plan, False
     changed = False
     for metric in metrics:
