@@ -122,7 +122,11 @@ def _inner_runs_read_one_calibration(request: pytest.FixtureRequest, monkeypatch
     instead of the failure its test asserts. The machine rule is tested with injected calibrations; a test of
     the measured calibration itself carries ``@pytest.mark.real_calibration``.
     """
-    if "pytester" not in request.fixturenames or request.node.get_closest_marker("real_calibration"):
+    if "pytester" not in request.fixturenames:
+        return
+    if request.node.get_closest_marker("real_calibration"):
+        # Nothing of the host shared either: its inner runs measure the roofs themselves (tests/fork_server.py).
+        monkeypatch.setenv("GPUPERF_TEST_REAL_ROOFS", "1")
         return
     from pytest_gpuperf.backends.cpu import BRAND_ENV, cpu_brand
     from pytest_gpuperf.timing.calibration import PIN_ENV
