@@ -264,4 +264,5 @@ def test_a_step_that_adds_an_op_names_it_in_the_report(
     report = json.loads((pytester.path / "report.json").read_text())
     metrics = {m["metric"]: m for m in report["gpuperf"]["tests"][0]["metrics"]}
     assert "aten::sort" in metrics["step.time"]["extra"]["kernel_change"]
-    assert {"name": "aten::mm"}.items() <= metrics["step.kernels"]["signature"]["baseline_kernels"][0].items()
+    # The heaviest kernels are ordered by their share of the step's time, which load can reorder: mm is among them.
+    assert "aten::mm" in {k["name"] for k in metrics["step.kernels"]["signature"]["baseline_kernels"]}
