@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,8 +56,12 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def script_metrics(report: ScriptReport, name: str, imbalance_tolerance: float | None = None) -> list[Metric]:
-    """Per-rank peak memory (judged), per-rank tokens/s (info), slowest rank's tokens/s and imbalance (judged)."""
+def script_metrics(
+    report: ScriptReport, name: str, imbalance_tolerance: float | None = None, judge_imbalance: bool = True
+) -> list[Metric]:
+    """Per-rank peak memory (judged), per-rank tokens/s (info), slowest rank's tokens/s and imbalance (judged unless
+    ``judge_imbalance`` is false: ranks on host cores share them with each other, the launcher and every other job,
+    so which rank the scheduler slows is not the code's doing; it is then recorded and shown)."""
     metrics: list[Metric] = []
     rates: dict[int, Metric] = {}
     for rank in sorted(report.ranks):
@@ -96,7 +100,17 @@ def script_metrics(report: ScriptReport, name: str, imbalance_tolerance: float |
             )
         )
         ratio = float(rates[fast].value) / float(slowest.value) if float(slowest.value) > 0 else 1.0
-        metrics.append(Metric(f"{name}.imbalance", ratio, "x", "lower", KIND_CUSTOM, tolerance=imbalance_tolerance))
+        metrics.append(
+            Metric(
+                f"{name}.imbalance",
+                ratio,
+                "x",
+                "lower",
+                KIND_CUSTOM,
+                judged=judge_imbalance,
+                tolerance=imbalance_tolerance,
+            )
+        )
     return metrics
 
 
@@ -174,15 +188,12 @@ class TorchrunRunner:
         long its ranks waited for a CPU (``wait``: :func:`~pytest_gpuperf.distributed.rank_wait.wait_facts`)."""
         from pytest_gpuperf.distributed.judging import imbalance_tolerance, with_host_calibration
 
-        metrics = with_host_calibration(self.handle, script_metrics(report, stem, imbalance_tolerance(self.handle)))
         host_cpu = self.handle is not None and self.handle.context.backend.is_host_cpu()
-        for index, metric in enumerate(metrics):
+        scripted = script_metrics(report, stem, imbalance_tolerance(self.handle), judge_imbalance=not host_cpu)
+        metrics = with_host_calibration(self.handle, scripted)
+        for metric in metrics:
             if "calibration" in metric.extra:  # a wall-clocked timing on the host CPU
                 metric.extra.update(wait)
-            if host_cpu and metric.name == f"{stem}.imbalance":
-                # Ranks on host cores share them with each other, the launcher and every other job: which rank
-                # the scheduler slows is not the code's doing. Recorded and shown, not judged (GPU ranks are).
-                metrics[index] = replace(metric, judged=False)
         return metrics
 
     def _judge(

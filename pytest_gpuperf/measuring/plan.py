@@ -97,6 +97,7 @@ def plan_measure(
     tolerance = judging.tolerance(context, judged, kind)
     stop_rule = stop_rule_for(entry, tolerance, call.items)
     config = timed_like(entry, config)
-    if context.backend.wait_scope() != config.wait_scope:
-        config = replace(config, wait_scope=context.backend.wait_scope())
+    scope = context.backend.wait_scope()
+    if scope != config.wait_scope:
+        config = replace(config, wait_scope=scope)
     return MeasurePlan(call, judged, kind, entry, tolerance, config, stop_rule, calibration)
